@@ -1,0 +1,71 @@
+// Tape, scopes and activation recompute.
+#include "autograd/tape.h"
+
+#include "core/check.h"
+#include "ops/ops.h"
+
+namespace fp8t {
+
+namespace {
+thread_local Tape* g_tape = nullptr;
+}
+
+Tensor& grad_of(const Var& v) {
+  // Intermediates get gradients in their own dtype; leaves are bound to the (f32) flat gradient buffer.
+  if (!v->grad.defined()) v->grad = zeros_like(v->value, v->value.dtype());
+  return v->grad;
+}
+
+Tape* current_tape() { return g_tape; }
+bool grad_enabled() { return g_tape != nullptr; }
+
+TapeScope::TapeScope(Tape* tape) : prev_(g_tape) { g_tape = tape; }
+TapeScope::~TapeScope() { g_tape = prev_; }
+
+void Tape::record(const char* name, std::function<void()> backward) {
+  nodes_.push_back(Node{name, std::move(backward)});
+}
+
+void Tape::run_backward() {
+  while (!nodes_.empty()) {
+    Node node = std::move(nodes_.back());
+    nodes_.pop_back();
+    node.backward();  // `node` (and what it holds) is released at the end of this iteration
+  }
+}
+
+void Tape::backward(const Var& loss, float seed) {
+  FP8T_CHECK(loss->value.numel() == 1, "backward: loss must be a scalar, got {}", loss->value.str());
+  fill_(grad_of(loss), seed);
+  TapeScope none(nullptr);  // backward closures must not record
+  run_backward();
+}
+
+Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& input) {
+  Var out;
+  {
+    NoGradScope ng;
+    out = fn(input);
+  }
+  if (!needs_grad(input)) return out;
+  out->requires_grad = true;
+  current_tape()->record("checkpoint", [fn, input, out] {
+    // Recompute with recording on; the detached input gathers the gradient w.r.t. the block input.
+    Tape inner;
+    Var x = make_var(input->value, true);
+    Var y;
+    {
+      TapeScope ts(&inner);
+      y = fn(x);
+    }
+    grad_of(y).copy_from(grad_of(out));
+    {
+      TapeScope none(nullptr);
+      inner.run_backward();
+    }
+    add_(grad_of(input), grad_of(x));
+  });
+  return out;
+}
+
+}  // namespace fp8t

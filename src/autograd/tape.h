@@ -1,0 +1,67 @@
+// Tape-based reverse-mode autograd. Ops record a node (a backward closure holding only the
+// tensors its backward reads); Tape::backward runs them in reverse and frees each after use.
+// Autograd never sees CUDA or MPI: closures call ops, ops call kernels.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/variable.h"
+
+namespace fp8t {
+
+struct Node {
+  const char* name;
+  std::function<void()> backward;
+};
+
+class Tape {
+ public:
+  void record(const char* name, std::function<void()> backward);
+  // Seeds d(loss) = seed and runs every node in reverse order, releasing each node afterwards.
+  void backward(const Var& loss, float seed = 1.0f);
+  // Runs the nodes in reverse without seeding (the caller already set the output gradients).
+  void run_backward();
+  void clear() { nodes_.clear(); }
+  size_t size() const { return nodes_.size(); }
+
+ private:
+  std::vector<Node> nodes_;
+};
+
+// The tape ops record onto (thread-local); null means gradients are not recorded.
+Tape* current_tape();
+bool grad_enabled();
+
+// Makes `tape` current for the scope's lifetime.
+class TapeScope {
+ public:
+  explicit TapeScope(Tape* tape);
+  ~TapeScope();
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  Tape* prev_;
+};
+
+// Disables recording for the scope's lifetime (evaluation, recompute's first pass).
+class NoGradScope {
+ public:
+  NoGradScope() : scope_(nullptr) {}
+
+ private:
+  TapeScope scope_;
+};
+
+// True when an op with these inputs must record a node.
+template <typename... Vs>
+bool needs_grad(const Vs&... vs) {
+  return grad_enabled() && ((vs && vs->requires_grad) || ...);
+}
+
+// Activation recompute: runs fn(inputs) without recording, keeps only the inputs, and records one
+// node that reruns fn on a private tape during backward and backpropagates through it.
+Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& input);
+
+}  // namespace fp8t

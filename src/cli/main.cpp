@@ -1,0 +1,2 @@
+// fp8train entry point (placeholder until the subcommands land).
+int main() { return 0; }

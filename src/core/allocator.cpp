@@ -1,0 +1,116 @@
+// Accounting shared by all allocators, and the host caching allocator.
+#include "core/allocator.h"
+
+#include <cstdlib>
+#include <memory>
+
+#include "core/check.h"
+
+namespace fp8t {
+
+std::string_view category_name(MemCategory c) {
+  static constexpr std::array<std::string_view, kNumMemCategories> names = {
+      "parameters", "gradients", "optimizer", "activations", "fp8_cache", "workspace", "comm"};
+  return names[static_cast<size_t>(c)];
+}
+
+std::string format_bytes(int64_t b) {
+  const double x = static_cast<double>(b);
+  if (b >= (int64_t{1} << 30)) return fmt::format("{:.2f} GiB", x / (1 << 30));
+  if (b >= (int64_t{1} << 20)) return fmt::format("{:.1f} MiB", x / (1 << 20));
+  if (b >= (int64_t{1} << 10)) return fmt::format("{:.1f} KiB", x / (1 << 10));
+  return fmt::format("{} B", b);
+}
+
+std::string MemoryStats::breakdown() const {
+  std::string s;
+  for (size_t i = 0; i < kNumMemCategories; ++i) {
+    if (!s.empty()) s += ", ";
+    s += fmt::format("{} {} (peak {})", category_name(static_cast<MemCategory>(i)), format_bytes(current[i]),
+                     format_bytes(peak[i]));
+  }
+  return s;
+}
+
+size_t round_block_size(size_t bytes) {
+  constexpr size_t kSmall = 1 << 10, kLarge = 2 << 20;
+  if (bytes == 0) bytes = 1;
+  if (bytes < (1 << 20)) return (bytes + kSmall - 1) / kSmall * kSmall;
+  return (bytes + kLarge - 1) / kLarge * kLarge;
+}
+
+void* Allocator::allocate(size_t bytes, MemCategory cat) {
+  std::lock_guard lk(mu_);
+  void* p = raw_allocate(bytes, cat);
+  const size_t i = static_cast<size_t>(cat);
+  stats_.current[i] += static_cast<int64_t>(bytes);
+  stats_.peak[i] = std::max(stats_.peak[i], stats_.current[i]);
+  stats_.total_current += static_cast<int64_t>(bytes);
+  stats_.total_peak = std::max(stats_.total_peak, stats_.total_current);
+  return p;
+}
+
+void Allocator::deallocate(void* ptr, size_t bytes, MemCategory cat) {
+  if (!ptr) return;
+  std::lock_guard lk(mu_);
+  raw_deallocate(ptr, bytes);
+  stats_.current[static_cast<size_t>(cat)] -= static_cast<int64_t>(bytes);
+  stats_.total_current -= static_cast<int64_t>(bytes);
+}
+
+MemoryStats Allocator::stats() const {
+  std::lock_guard lk(mu_);
+  return stats_;
+}
+
+void Allocator::reset_peaks() {
+  std::lock_guard lk(mu_);
+  stats_.peak = stats_.current;
+  stats_.total_peak = stats_.total_current;
+}
+
+CpuAllocator::~CpuAllocator() { release_cached(); }
+
+void* CpuAllocator::raw_allocate(size_t bytes, MemCategory cat) {
+  const size_t sz = round_block_size(bytes);
+  if (auto it = free_.find(sz); it != free_.end()) {
+    void* p = it->second;
+    free_.erase(it);
+    return p;
+  }
+  void* p = std::aligned_alloc(64, sz);
+  if (!p) {
+    release_cached();
+    p = std::aligned_alloc(64, sz);
+  }
+  FP8T_CHECK(p, "host out of memory allocating {} for {}; in use: {}. Reduce train.micro_batch or model size",
+             format_bytes(static_cast<int64_t>(bytes)), category_name(cat), stats_.breakdown());
+  stats_.reserved += static_cast<int64_t>(sz);
+  return p;
+}
+
+void CpuAllocator::raw_deallocate(void* ptr, size_t bytes) { free_.emplace(round_block_size(bytes), ptr); }
+
+void CpuAllocator::release_cached() {
+  for (auto& [sz, p] : free_) {
+    std::free(p);
+    stats_.reserved -= static_cast<int64_t>(sz);
+  }
+  free_.clear();
+}
+
+#ifndef FP8T_HAVE_CUDA
+Allocator& cuda_allocator(int) {
+  FP8T_FAIL("this build has no CUDA support: rebuild with -DFP8T_CUDA=ON or set run.device: cpu");
+}
+#else
+Allocator& cuda_allocator(int index);  // core/cuda_allocator.cpp
+#endif
+
+Allocator& allocator_for(Device d) {
+  static CpuAllocator cpu;
+  if (d.is_cpu()) return cpu;
+  return cuda_allocator(d.index);
+}
+
+}  // namespace fp8t

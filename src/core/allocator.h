@@ -1,0 +1,74 @@
+// Category-tagged caching allocator interface and per-category memory accounting.
+// Every byte of tensor storage comes from an Allocator, so current and peak bytes per
+// category (parameters, gradients, ...) are always known: metrics, OOM reports and the planner use them.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/device.h"
+
+namespace fp8t {
+
+enum class MemCategory : uint8_t { parameters, gradients, optimizer, activations, fp8_cache, workspace, comm };
+constexpr size_t kNumMemCategories = 7;
+std::string_view category_name(MemCategory c);
+
+struct MemoryStats {
+  std::array<int64_t, kNumMemCategories> current{};
+  std::array<int64_t, kNumMemCategories> peak{};
+  int64_t total_current = 0;
+  int64_t total_peak = 0;
+  int64_t reserved = 0;  // bytes held by the allocator's pools, used or cached
+  int64_t cur(MemCategory c) const { return current[static_cast<size_t>(c)]; }
+  int64_t pk(MemCategory c) const { return peak[static_cast<size_t>(c)]; }
+  std::string breakdown() const;  // "parameters 1.2 GiB, gradients ..." for error messages and logs
+};
+
+std::string format_bytes(int64_t bytes);
+
+// Base class: does the accounting; subclasses provide raw memory and the pool.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  void* allocate(size_t bytes, MemCategory cat);
+  void deallocate(void* ptr, size_t bytes, MemCategory cat);
+  MemoryStats stats() const;
+  void reset_peaks();
+  virtual Device device() const = 0;
+  virtual void release_cached() {}  // return pooled blocks to the system
+
+ protected:
+  virtual void* raw_allocate(size_t bytes, MemCategory cat) = 0;  // throws Error with a report on failure
+  virtual void raw_deallocate(void* ptr, size_t bytes) = 0;
+  mutable std::mutex mu_;
+  MemoryStats stats_;
+};
+
+// Host allocator: 64-byte aligned blocks cached by rounded size.
+class CpuAllocator final : public Allocator {
+ public:
+  ~CpuAllocator() override;
+  Device device() const override { return Device::cpu(); }
+  void release_cached() override;
+
+ protected:
+  void* raw_allocate(size_t bytes, MemCategory cat) override;
+  void raw_deallocate(void* ptr, size_t bytes) override;
+
+ private:
+  std::multimap<size_t, void*> free_;  // rounded size -> block
+};
+
+// The allocator serving a device; CUDA allocators are created on first use (needs FP8T_CUDA).
+Allocator& allocator_for(Device d);
+
+// Rounded block size used by the pools (1 KiB granularity under 1 MiB, 2 MiB above).
+size_t round_block_size(size_t bytes);
+
+}  // namespace fp8t

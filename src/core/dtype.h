@@ -1,0 +1,41 @@
+// DType (f32, f64, bf16, e4m3, e5m2) and the exact host codecs for BF16 and OCP FP8.
+// The FP8 casts round to nearest even and saturate to +-max (CUDA's __NV_SATFINITE); NaN stays NaN.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace fp8t {
+
+// f64 exists for finite-difference gradient checks on the CPU; training uses f32/bf16/fp8.
+// i32 holds token ids and targets.
+enum class DType : uint8_t { f32, f64, bf16, e4m3, e5m2, i32 };
+
+constexpr size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f64: return 8;
+    case DType::f32:
+    case DType::i32: return 4;
+    case DType::bf16: return 2;
+    case DType::e4m3:
+    case DType::e5m2: return 1;
+  }
+  return 0;
+}
+
+std::string_view dtype_name(DType t);
+DType dtype_from_name(std::string_view name);  // throws Error on unknown names
+
+// ---- BF16: the upper 16 bits of an IEEE float, rounded to nearest even.
+uint16_t float_to_bf16(float x);
+float bf16_to_float(uint16_t b);
+
+// ---- FP8 (OCP): E4M3 has no infinities (max 448, NaN = S.1111.111); E5M2 is IEEE-like (max 57344).
+enum class Fp8Format : uint8_t { e4m3, e5m2 };
+constexpr float fp8_max(Fp8Format f) { return f == Fp8Format::e4m3 ? 448.0f : 57344.0f; }
+uint8_t float_to_fp8(float x, Fp8Format f);  // round-to-nearest-even, saturating, NaN -> NaN
+float fp8_to_float(uint8_t code, Fp8Format f);
+inline Fp8Format fp8_format_of(DType t) { return t == DType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2; }
+
+}  // namespace fp8t

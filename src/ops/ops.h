@@ -1,0 +1,35 @@
+// Ops: check shapes and dtypes, allocate outputs, dispatch to the CPU reference (f32/f64) or a
+// CUDA launcher (bf16/f32), and record the backward node on the current tape.
+// Layout conventions (fixed alphabet): B batch, T time, C channels, OC out channels, NH heads,
+// HS head size, V vocabulary (real), Vp padded vocabulary.
+#pragma once
+#include "autograd/tape.h"
+#include "core/tensor.h"
+
+namespace fp8t {
+
+// ---- Tensor utilities (no autograd) ----
+Tensor zeros_like(const Tensor& t, DType dtype);
+void fill_(Tensor& t, float value);
+void add_(Tensor& dst, const Tensor& src);  // dst += src (same numel; f32/f64/bf16)
+void scale_(Tensor& t, float s);
+Tensor cast(const Tensor& t, DType dtype, MemCategory cat = MemCategory::activations);  // f32<->f64<->bf16
+
+// ---- Differentiable ops ----
+// tokens: i32 (B, T); wte (Vp, C); wpe (maxT, C)  ->  (B, T, C)
+Var embedding(const Tensor& tokens, const Var& wte, const Var& wpe);
+// x (..., IC); w (OC, IC); b (OC) or nullptr  ->  (..., OC) = x @ w^T + b
+Var linear(const Var& x, const Var& w, const Var& b);
+// x (..., C); w, b (C)  ->  (..., C); eps 1e-5
+Var layernorm(const Var& x, const Var& w, const Var& b);
+// tanh-approximate GELU, elementwise
+Var gelu(const Var& x);
+// a + b, same shape
+Var add(const Var& a, const Var& b);
+// qkv (B, T, 3C) laid out [q | k | v], heads contiguous in C  ->  causal attention output (B, T, C)
+Var attention(const Var& qkv, int n_head);
+// logits (B, T, Vp); targets i32 (B, T) in [0, V)  ->  scalar mean cross-entropy over the real
+// vocabulary V (columns >= V never enter the softmax). Backward writes d(logits) in one pass.
+Var cross_entropy(const Var& logits, const Tensor& targets, int64_t vocab_size);
+
+}  // namespace fp8t
