@@ -1,0 +1,113 @@
+// Run configuration: one small struct per subsystem, filled from YAML in one place (config.cpp).
+// Unknown keys, wrong types and out-of-range values are errors naming the file, line and key.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+
+namespace fp8t {
+
+struct RunConfig {
+  std::string name = "run";          // shown in logs
+  std::string out_dir = "runs/run";  // run directory: config.yaml, log.txt, metrics.jsonl, checkpoints/
+  uint64_t seed = 1337;              // parameter init and data order
+  Device device = Device::cpu();     // "cpu" or "cuda" (the local rank picks the GPU index)
+  int log_every = 1;                 // console/log line every N steps (metrics.jsonl gets every step)
+};
+
+struct ModelConfig {
+  std::string arch = "gpt2";  // only gpt2 for now
+  int n_layer = 12;
+  int n_head = 12;
+  int d_model = 768;         // must divide by n_head
+  int vocab_size = 50257;    // real vocabulary; the embedding is padded to a multiple of 128
+  int seq_len = 1024;        // context length T
+  int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
+};
+
+struct DataConfig {
+  std::string train;  // glob of llm.c-format token shards, e.g. data/brown/train_*.bin
+  std::string val;    // glob of validation shards (may be empty: no evaluation)
+};
+
+enum class Recompute { none, block };
+
+struct TrainConfig {
+  int micro_batch = 8;             // sequences per rank per forward/backward
+  int64_t total_batch_tokens = 0;  // tokens per optimizer step over all ranks; 0 = one micro-batch each
+  int max_steps = 100;             // optimizer steps
+  int eval_every = 0;              // 0 = evaluate only before the first and after the last step
+  int eval_steps = 10;             // validation micro-batches per evaluation
+  int checkpoint_every = 0;        // 0 = only at the end
+  Recompute recompute = Recompute::none;  // block: keep only block inputs, recompute in backward
+  bool skip_nonfinite_steps = false;      // skip an optimizer step with NaN/Inf instead of stopping
+};
+
+enum class Schedule { cosine, linear, constant };
+
+struct OptimConfig {
+  double lr = 6e-4;            // peak learning rate
+  double min_lr_ratio = 0.1;   // final lr = lr * min_lr_ratio
+  int warmup_steps = 0;        // linear warmup from lr/warmup_steps
+  Schedule schedule = Schedule::cosine;
+  double beta1 = 0.9;          // YAML: betas: [beta1, beta2]
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;   // not applied to biases, LayerNorm parameters
+  double grad_clip = 1.0;      // global-norm clip; 0 disables
+};
+
+enum class ComputeMode { fp32, bf16, fp8 };
+enum class Fp8Recipe { hybrid, e4m3 };  // hybrid: E4M3 forward, E5M2 gradients
+enum class Fp8Scaling { delayed, current };
+enum class AmaxAlgo { max, most_recent };
+enum class ActivationStorage { fp8, bf16 };
+
+struct Fp8Config {
+  Fp8Recipe format = Fp8Recipe::hybrid;
+  Fp8Scaling scaling = Fp8Scaling::delayed;
+  int amax_history_len = 16;        // >= 1
+  AmaxAlgo amax_compute_algo = AmaxAlgo::max;
+  int margin = 0;                   // scale = (fmax / amax) / 2^margin
+  std::vector<std::string> layers = {"qkv", "proj", "fc", "fc2"};  // subset of qkv proj fc fc2 lm_head
+  int bf16_first_blocks = 0;        // keep the first N blocks in BF16
+  int bf16_last_blocks = 0;         // keep the last N blocks in BF16
+  ActivationStorage activation_storage = ActivationStorage::fp8;
+  bool reduce_amax = true;          // all-reduce (max) amax over data-parallel ranks
+  int monitor_every = 100;          // FP8-vs-master weight error in metrics every N steps; 0 = never
+};
+
+struct PrecisionConfig {
+  ComputeMode compute = ComputeMode::fp32;
+  Fp8Config fp8;
+};
+
+struct DistributedConfig {
+  int zero_stage = 0;        // 0, 1 or 2
+  double bucket_mb = 25;     // gradient bucket size for reduction
+  bool overlap_comm = true;  // reduce buckets during backward on the communication stream
+  double timeout_s = 300;    // a collective that takes longer ends every rank with a message
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OptimConfig optim;
+  PrecisionConfig precision;
+  DistributedConfig distributed;
+  std::string source;  // the file it came from ("<string>" for text)
+
+  std::string to_yaml() const;  // the resolved config, every key, loadable by load_config
+};
+
+// Loads `path`, applies overrides "a.b=value" (each must name an existing key), validates.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Same from YAML text; `source` names it in error messages.
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides = {});
+
+}  // namespace fp8t

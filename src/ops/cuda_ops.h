@@ -1,0 +1,37 @@
+// Tensor-level CUDA entry points used by ops.cpp when a tensor lives on a GPU (FP8T_HAVE_CUDA).
+// Activations and their gradients are bf16; weights are bf16 compute copies; weight gradients are
+// f32 views of the flat gradient buffer; tokens/targets are i32; LayerNorm stats and attention lse
+// are f32. Backward functions ACCUMULATE into weight/bias gradients (gradient accumulation) and
+// into activation gradients. All launches go on the current compute stream.
+#pragma once
+#include "core/tensor.h"
+
+namespace fp8t::cuda_ops {
+
+void fill(Tensor& t, float value);
+void add_inplace(Tensor& dst, const Tensor& src);  // dst += src; dst f32/bf16, src f32/bf16
+void scale_inplace(Tensor& t, float s);
+void cast(Tensor& dst, const Tensor& src);         // f32 <-> bf16
+
+void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
+void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
+// out (M, N) = inp (M, K) @ weight (N, K)^T + bias
+void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias);
+void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
+                     const Tensor& weight);
+void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& w,
+                       const Tensor& b);
+void layernorm_backward(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout, const Tensor& inp,
+                        const Tensor& w, const Tensor& mean, const Tensor& rstd);
+void gelu_forward(Tensor& out, const Tensor& inp);
+void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);
+void residual_forward(Tensor& out, const Tensor& a, const Tensor& b);
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head);
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, int n_head);
+// losses f32 (B*T); dlogits overwritten (may alias logits: the fused classifier works in place)
+void crossentropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab_size);
+void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
+                           int64_t vocab_size);
+
+}  // namespace fp8t::cuda_ops
