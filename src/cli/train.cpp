@@ -1,0 +1,34 @@
+// fp8train train --config F [--set key=value ...] [--resume RUN_DIR]
+#include <memory>
+#include <optional>
+
+#include "cli/commands.h"
+#include "config/config.h"
+#include "dist/bootstrap.h"
+#include "train/trainer.h"
+
+namespace fp8t::cli {
+
+void add_train(CLI::App& app) {
+  struct Opts {
+    std::string config, resume;
+    std::vector<std::string> sets;
+  };
+  auto opts = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand("train", "train a model from a YAML config");
+  cmd->add_option("--config,-c", opts->config, "YAML run config")->required();
+  cmd->add_option("--set", opts->sets, "override a config key: section.key=value (repeatable)");
+  cmd->add_option("--resume", opts->resume, "resume from a run directory or checkpoint directory");
+  cmd->callback([opts] {
+    Config cfg = load_config(opts->config, opts->sets);
+    auto comm = bootstrap(cfg);
+    std::optional<std::filesystem::path> resume;
+    if (!opts->resume.empty()) resume = opts->resume;
+    const TrainResult r = train(cfg, *comm, resume);
+    if (comm->rank() == 0)
+      fmt::print("fp8train: done: {} steps, first val_loss {:.4f}, last val_loss {:.4f}\n", r.steps,
+                 r.first_val_loss, r.last_val_loss);
+  });
+}
+
+}  // namespace fp8t::cli

@@ -1,0 +1,13 @@
+// CUDA entry points for the optimizer over raw ranges of the flat f32 buffers (FP8T_HAVE_CUDA).
+#pragma once
+#include <cstdint>
+
+namespace fp8t::cuda_ops {
+
+// AdamW over n elements on the compute stream (same math as adamw_update_cpu).
+void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+           float eps, float weight_decay, float grad_scale, int step);
+// Sum of squares of n f32 values; synchronises to return it to the host.
+double sum_squares(const float* x, int64_t n);
+
+}  // namespace fp8t::cuda_ops

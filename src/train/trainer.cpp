@@ -1,0 +1,297 @@
+// The training loop.
+#include "train/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "autograd/tape.h"
+#include "data/shard.h"
+#include "nn/gpt.h"
+#include "ops/ops.h"
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+
+namespace fp8t {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+DType compute_dtype_for(const Config& cfg) {
+  if (cfg.run.device.is_cpu()) return DType::f32;  // the CPU computes in f32 (FP8 is emulated per op)
+  return cfg.precision.compute == ComputeMode::fp32 ? DType::f32 : DType::bf16;
+}
+
+std::string format_eta(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int s = static_cast<int>(seconds + 0.5);
+  return s >= 3600 ? fmt::format("{}h{:02d}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02d}s", s / 60, s % 60);
+}
+
+// One micro-batch of tokens and targets on the model's device.
+struct Batch {
+  std::vector<int32_t> h_inputs, h_targets;
+  Tensor inputs, targets;
+  Batch(int B, int T, Device d)
+      : h_inputs(static_cast<size_t>(B) * T), h_targets(h_inputs.size()),
+        inputs(Tensor::empty({B, T}, DType::i32, d, MemCategory::activations)),
+        targets(Tensor::empty({B, T}, DType::i32, d, MemCategory::activations)) {}
+  void load(ShardLoader& loader) {
+    loader.next_batch(h_inputs.data(), h_targets.data());
+    copy_bytes(inputs.raw(), inputs.device(), h_inputs.data(), Device::cpu(), inputs.nbytes());
+    copy_bytes(targets.raw(), targets.device(), h_targets.data(), Device::cpu(), targets.nbytes());
+  }
+};
+
+double scalar_sum_over_ranks(Communicator& comm, double x, Device d) {
+  if (comm.size() == 1) return x;
+  Tensor t = Tensor::from_vector({static_cast<float>(x)}, {1}).to(d, MemCategory::comm);
+  comm.all_reduce(t, ReduceOp::sum);
+  return t.to_float_vector()[0];
+}
+
+class Trainer {
+ public:
+  Trainer(const Config& cfg, Communicator& comm, const std::optional<fs::path>& resume)
+      : cfg_(cfg), comm_(comm), run_dir_(cfg.run.out_dir), device_(cfg.run.device) {
+    const int world = comm.size();
+    const int64_t tokens_per_micro = static_cast<int64_t>(cfg.train.micro_batch) * cfg.model.seq_len * world;
+    const int64_t total = cfg.train.total_batch_tokens ? cfg.train.total_batch_tokens : tokens_per_micro;
+    FP8T_CHECK(total % tokens_per_micro == 0,
+               "train.total_batch_tokens {} is not a multiple of micro_batch x seq_len x ranks = {}; use {}", total,
+               tokens_per_micro, std::max<int64_t>(1, total / tokens_per_micro) * tokens_per_micro);
+    accum_ = static_cast<int>(total / tokens_per_micro);
+    tokens_per_step_ = total;
+
+    fs::create_directories(run_dir_);
+    log_ = make_run_logger(run_dir_, comm.rank());
+    model_ = std::make_unique<GPT>(cfg.model, device_, compute_dtype_for(cfg), world);
+    model_->init(cfg.run.seed);
+    ParameterStore& P = model_->params();
+    shard_ = P.padded_numel() / world;
+    const bool sharded = cfg.distributed.zero_stage >= 1;
+    opt_begin_ = sharded ? comm.rank() * shard_ : 0;
+    opt_end_ = sharded ? opt_begin_ + shard_ : P.padded_numel();
+    optim_ = std::make_unique<AdamW>(cfg.optim, P, opt_begin_, opt_end_);
+
+    train_loader_ = std::make_unique<ShardLoader>(cfg.data.train, cfg.train.micro_batch, cfg.model.seq_len,
+                                                  comm.rank(), world, 0);
+    if (!cfg.data.val.empty())
+      val_loader_ = std::make_unique<ShardLoader>(cfg.data.val, cfg.train.micro_batch, cfg.model.seq_len,
+                                                  comm.rank(), world, 0);
+    batch_ = std::make_unique<Batch>(cfg.train.micro_batch, cfg.model.seq_len, device_);
+
+    if (resume) restore(*resume);
+    if (comm.rank() == 0) {
+      std::ofstream(run_dir_ / "config.yaml") << cfg.to_yaml();
+      metrics_ = std::make_unique<MetricsWriter>(run_dir_ / "metrics.jsonl", step_ > 0);
+    }
+    log_->info("fp8train: run '{}' on {} x {} ({} backend), {} parameters, {} tokens/step ({} micro-batches "
+               "of {}x{} per rank), zero_stage {}",
+               cfg.run.name, world, device_.str(), comm.backend(), model_->num_parameters(), tokens_per_step_,
+               accum_, cfg.train.micro_batch, cfg.model.seq_len, cfg.distributed.zero_stage);
+  }
+
+  TrainResult run() {
+    TrainResult result;
+    result.first_val_loss = evaluate();
+    if (std::isfinite(result.first_val_loss)) log_->info("step {:5d} | val_loss {:.4f}", step_, result.first_val_loss);
+    if (metrics_ && std::isfinite(result.first_val_loss))
+      metrics_->write({{"step", step_}, {"tokens", tokens_}, {"val_loss", result.first_val_loss}});
+    const auto t_start = Clock::now();
+    const int first_step = step_;
+    while (step_ < cfg_.train.max_steps) {
+      result.last_train_loss = train_step();
+      const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
+      const double eta = elapsed / (step_ - first_step) * (cfg_.train.max_steps - step_);
+      const bool last = step_ == cfg_.train.max_steps;
+      double val = std::numeric_limits<double>::quiet_NaN();
+      if (last || (cfg_.train.eval_every > 0 && step_ % cfg_.train.eval_every == 0)) val = evaluate();
+      report(result.last_train_loss, val, eta);
+      if (std::isfinite(val)) result.last_val_loss = val;
+      if (last || (cfg_.train.checkpoint_every > 0 && step_ % cfg_.train.checkpoint_every == 0)) save();
+    }
+    result.steps = step_;
+    if (first_step == step_) result.last_val_loss = result.first_val_loss;
+    return result;
+  }
+
+ private:
+  double train_step() {
+    const auto t0 = Clock::now();
+    allocator_for(device_).reset_peaks();
+    ParameterStore& P = model_->params();
+    P.zero_grads();
+    double loss_sum = 0;
+    for (int micro = 0; micro < accum_; ++micro) {
+      batch_->load(*train_loader_);
+      Tape tape;
+      Var loss;
+      {
+        TapeScope scope(&tape);
+        loss = model_->loss(batch_->inputs, batch_->targets, cfg_.train.recompute == Recompute::block);
+      }
+      tape.backward(loss, 1.0f / static_cast<float>(accum_));
+      loss_sum += loss->value.to_float_vector()[0];
+    }
+    const double loss = scalar_sum_over_ranks(comm_, loss_sum / accum_, device_) / comm_.size();
+
+    // Gradients: sum over ranks (stage 0: everywhere; stage 1: only this rank's shard).
+    const int world = comm_.size();
+    Tensor& grads = P.grads();
+    double sq;
+    if (cfg_.distributed.zero_stage == 0) {
+      comm_.all_reduce(grads, ReduceOp::sum);
+      sq = sum_squares(grads, 0, P.padded_numel());
+    } else {
+      Tensor mine = grads.slice_flat(opt_begin_, {shard_});
+      comm_.reduce_scatter(grads, mine, ReduceOp::sum);
+      sq = scalar_sum_over_ranks(comm_, sum_squares(grads, opt_begin_, opt_end_), device_);
+    }
+    const double norm = std::sqrt(sq) / world;  // norm of the rank-averaged gradient
+    const double lr = lr_at(cfg_.optim, step_, cfg_.train.max_steps);
+    bool skipped = false;
+    if (!std::isfinite(norm) || !std::isfinite(loss)) {
+      const std::string where = nonfinite_report();
+      if (!cfg_.train.skip_nonfinite_steps)
+        FP8T_FAIL("step {}: non-finite loss ({}) or gradient norm ({}) {}. Lower optim.lr, or set "
+                  "train.skip_nonfinite_steps: true to skip such steps",
+                  step_ + 1, loss, norm, where);
+      log_->warn("step {}: non-finite loss or gradients {}; skipping the update", step_ + 1, where);
+      skipped = true;
+    }
+    if (!skipped) {
+      double scale = 1.0 / world;
+      if (cfg_.optim.grad_clip > 0 && norm > cfg_.optim.grad_clip) scale *= cfg_.optim.grad_clip / norm;
+      optim_->step(++opt_steps_, lr, scale);
+      if (cfg_.distributed.zero_stage >= 1 && world > 1) {
+        Tensor mine = P.master().slice_flat(opt_begin_, {shard_});
+        comm_.all_gather(mine, P.master());
+      }
+      P.sync_compute();
+    }
+    ++step_;
+    tokens_ += tokens_per_step_;
+    last_lr_ = lr;
+    last_norm_ = norm;
+    last_step_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    last_skipped_ = skipped;
+    return loss;
+  }
+
+  // Which parameter gradients hold NaN/Inf (checked only when something went wrong).
+  std::string nonfinite_report() {
+    const ParameterStore& P = model_->params();
+    std::string bad;
+    for (const auto& s : P.specs()) {
+      if (s.offset + s.numel() <= opt_begin_ && cfg_.distributed.zero_stage >= 1) continue;
+      const double ss = sum_squares(model_->params().grads(), s.offset, s.offset + s.numel());
+      if (!std::isfinite(ss)) bad += (bad.empty() ? "" : ", ") + s.name;
+      if (bad.size() > 200) break;
+    }
+    return bad.empty() ? "(the loss itself)" : "in the gradient of " + bad;
+  }
+
+  double evaluate() {
+    if (!val_loader_) return std::numeric_limits<double>::quiet_NaN();
+    NoGradScope no_grad;
+    val_loader_->reset();
+    double sum = 0;
+    for (int i = 0; i < cfg_.train.eval_steps; ++i) {
+      batch_->load(*val_loader_);
+      sum += model_->loss(batch_->inputs, batch_->targets)->value.to_float_vector()[0];
+    }
+    return scalar_sum_over_ranks(comm_, sum / cfg_.train.eval_steps, device_) / comm_.size();
+  }
+
+  void report(double loss, double val, double eta) {
+    const double tps = tokens_per_step_ / (last_step_ms_ / 1e3);
+    const MemoryStats mem = allocator_for(device_).stats();
+    if (step_ % cfg_.run.log_every == 0 || step_ == cfg_.train.max_steps || std::isfinite(val)) {
+      std::string line = fmt::format("step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | "
+                                     "mem {} | ETA {}",
+                                     step_, cfg_.train.max_steps, loss, last_lr_, last_norm_, last_step_ms_, tps,
+                                     format_bytes(mem.total_peak), format_eta(eta));
+      if (std::isfinite(val)) line += fmt::format(" | val_loss {:.4f}", val);
+      log_->info(line);
+    }
+    if (!metrics_) return;
+    nlohmann::json j = {{"step", step_},           {"tokens", tokens_},      {"loss", loss},
+                        {"lr", last_lr_},          {"grad_norm", last_norm_}, {"step_ms", last_step_ms_},
+                        {"tokens_per_s", tps},     {"memory", memory_json(mem)}};
+    if (device_.is_cuda()) j["mfu"] = model_->flops_per_token() * tps / comm_.size() / 989.4e12;
+    if (last_skipped_) j["skipped"] = true;
+    if (std::isfinite(val)) j["val_loss"] = val;
+    metrics_->write(j);
+  }
+
+  void save() {
+    const fs::path tmp = checkpoint_tmp_dir(run_dir_, step_);
+    ParameterStore& P = model_->params();
+    if (comm_.rank() == 0) {
+      write_tensor_file(tmp / "model.bin", P.master());
+      write_checkpoint_state(tmp, {step_, comm_.size(), cfg_.distributed.zero_stage, tokens_, cfg_.to_yaml()});
+    }
+    write_tensor_file(tmp / fmt::format("optim_rank{}.bin", comm_.rank()), optim_->m());
+    write_tensor_file(tmp / fmt::format("optim_v_rank{}.bin", comm_.rank()), optim_->v());
+    comm_.barrier();
+    if (comm_.rank() == 0) {
+      const fs::path dst = finalize_checkpoint(run_dir_, step_);
+      log_->info("checkpoint: {}", dst.string());
+    }
+    comm_.barrier();
+  }
+
+  void restore(const fs::path& where) {
+    const auto dir = latest_checkpoint(where);
+    FP8T_CHECK(dir, "--resume {}: no complete checkpoint found (expected {}/checkpoints/latest)", where.string(),
+               where.string());
+    const CheckpointState s = read_checkpoint_state(*dir);
+    const bool sharded = cfg_.distributed.zero_stage >= 1;
+    FP8T_CHECK(!sharded || s.world_size == comm_.size() || s.zero_stage == 0,
+               "checkpoint {} was written by {} ranks with ZeRO stage {}; resume it with the same number of ranks",
+               dir->string(), s.world_size, s.zero_stage);
+    ParameterStore& P = model_->params();
+    read_tensor_file(*dir / "model.bin", P.master());
+    P.sync_compute();
+    const int src_rank = s.zero_stage >= 1 ? comm_.rank() : 0;
+    read_tensor_file(*dir / fmt::format("optim_rank{}.bin", src_rank), optim_->m());
+    read_tensor_file(*dir / fmt::format("optim_v_rank{}.bin", src_rank), optim_->v());
+    step_ = opt_steps_ = s.step;
+    tokens_ = s.tokens;
+    // Replay the data order so the resumed run sees the batches the uninterrupted one would.
+    for (int64_t i = 0; i < static_cast<int64_t>(step_) * accum_; ++i) batch_->load(*train_loader_);
+    log_->info("resumed from {} at step {}", dir->string(), step_);
+  }
+
+  Config cfg_;
+  Communicator& comm_;
+  fs::path run_dir_;
+  Device device_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::unique_ptr<GPT> model_;
+  std::unique_ptr<AdamW> optim_;
+  std::unique_ptr<ShardLoader> train_loader_, val_loader_;
+  std::unique_ptr<Batch> batch_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  int accum_ = 1;
+  int64_t tokens_per_step_ = 0, shard_ = 0, opt_begin_ = 0, opt_end_ = 0, tokens_ = 0;
+  int step_ = 0, opt_steps_ = 0;
+  double last_lr_ = 0, last_norm_ = 0, last_step_ms_ = 0;
+  bool last_skipped_ = false;
+};
+
+}  // namespace
+
+TrainResult train(const Config& cfg, Communicator& comm, const std::optional<fs::path>& resume) {
+  Trainer t(cfg, comm, resume);
+  return t.run();
+}
+
+}  // namespace fp8t

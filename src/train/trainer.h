@@ -1,0 +1,23 @@
+// Trainer: the training loop of one rank — data, forward/backward with gradient accumulation,
+// gradient reduction (ZeRO stage 0/1), clipping, AdamW, evaluation, metrics and checkpoints.
+#pragma once
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include "config/config.h"
+#include "dist/comm.h"
+
+namespace fp8t {
+
+struct TrainResult {
+  double first_val_loss = 0;  // NaN when there is no validation data
+  double last_val_loss = 0;
+  double last_train_loss = 0;
+  int steps = 0;
+};
+
+// Runs cfg to completion on this rank. `resume` is a run directory or checkpoint directory.
+TrainResult train(const Config& cfg, Communicator& comm, const std::optional<std::filesystem::path>& resume = {});
+
+}  // namespace fp8t
