@@ -41,10 +41,9 @@ void add_sample(CLI::App& app) {
     const Config cfg = parse_config(st.config_yaml, (*dir / "state.json").string());
     GPT model(cfg.model, Device::cpu(), DType::f32, 1);
     Tensor& master = model.params().master();
-    Tensor full = Tensor::empty({std::filesystem::file_size(*dir / "model.bin") / 4 > 0
-                                     ? static_cast<int64_t>(std::filesystem::file_size(*dir / "model.bin") / 4)
-                                     : 0},
-                                DType::f32);
+    const auto floats = static_cast<int64_t>(std::filesystem::file_size(*dir / "model.bin") / sizeof(float));
+    FP8T_CHECK(floats >= master.numel(), "{}/model.bin is smaller than the model of its config", dir->string());
+    Tensor full = Tensor::empty({floats}, DType::f32);
     read_tensor_file(*dir / "model.bin", full);  // may be padded for more ranks: take the prefix
     master.copy_from(full.slice_flat(0, {master.numel()}));
     const auto tok = Gpt2Tokenizer::load(o->vocab);
