@@ -1,0 +1,103 @@
+// GPT-2 model: parameter layout and count, initialisation statistics, flat-buffer views,
+// activation recompute equivalence.
+#include <catch2/catch_approx.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <cmath>
+
+#include "nn/gpt.h"
+#include "ops/ops.h"
+
+using namespace fp8t;
+
+namespace {
+ModelConfig small_model() {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.d_model = 16;
+  m.vocab_size = 100;  // padded to 128
+  m.seq_len = 8;
+  return m;
+}
+
+Tensor random_tokens(int B, int T, int V, uint32_t seed) {
+  Tensor t = Tensor::empty({B, T}, DType::i32);
+  std::mt19937 rng(seed);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<int32_t>()[i] = static_cast<int32_t>(rng() % V);
+  return t;
+}
+}  // namespace
+
+TEST_CASE("nn: GPT-2 124M has the reference parameter count", "[nn]") {
+  ModelConfig m;  // defaults are GPT-2 small
+  int64_t n = 0;
+  for (const auto& s : gpt2_param_specs(m)) n += s.numel();
+  CHECK(m.padded_vocab() == 50304);
+  CHECK(n == 124475904);  // 124,439,808 with the unpadded 50257 vocabulary + 47 x 768 padding rows
+}
+
+TEST_CASE("nn: GPT-2 init follows std 0.02 and scaled residual projections", "[nn]") {
+  ModelConfig m = small_model();
+  m.d_model = 64;
+  m.n_layer = 4;
+  GPT model(m, Device::cpu(), DType::f32, 7);
+  model.init(1);
+  auto& P = model.params();
+  CHECK(P.padded_numel() % 7 == 0);
+  auto stdev = [&](const std::string& name, int64_t limit = -1) {
+    const Tensor& t = P.var(name)->value;
+    const int64_t n = limit < 0 ? t.numel() : limit;
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      s += t.data<float>()[i];
+      s2 += double(t.data<float>()[i]) * t.data<float>()[i];
+    }
+    return std::sqrt(s2 / n - (s / n) * (s / n));
+  };
+  CHECK(stdev("h.0.attn.c_attn.weight") == Catch::Approx(0.02).epsilon(0.05));
+  CHECK(stdev("h.1.mlp.c_fc.weight") == Catch::Approx(0.02).epsilon(0.05));
+  CHECK(stdev("h.2.mlp.c_proj.weight") == Catch::Approx(0.02 / std::sqrt(8.0)).epsilon(0.05));
+  CHECK(stdev("h.3.attn.c_proj.weight") == Catch::Approx(0.02 / std::sqrt(8.0)).epsilon(0.05));
+  const Tensor& wte = P.var("wte")->value;
+  for (int64_t i = int64_t(m.vocab_size) * m.d_model; i < wte.numel(); ++i) REQUIRE(wte.data<float>()[i] == 0.0f);
+  for (float x : P.var("h.0.ln_1.weight")->value.to_float_vector()) REQUIRE(x == 1.0f);
+  for (float x : P.var("h.0.attn.c_attn.bias")->value.to_float_vector()) REQUIRE(x == 0.0f);
+  // Views alias the flat buffers.
+  P.var("ln_f.bias")->value.data<float>()[3] = 5.0f;
+  CHECK(P.master().data<float>()[P.specs().back().offset + 3] == 5.0f);
+  // Decay: matrices and embeddings only.
+  for (const auto& seg : P.segments(0, P.padded_numel())) {
+    for (const auto& s : P.specs()) {
+      if (s.offset >= seg.begin && s.offset < seg.end) CHECK(seg.decay == (s.shape.size() == 2));
+    }
+  }
+}
+
+TEST_CASE("nn: initial loss is ln(V) and recompute gives identical gradients", "[nn]") {
+  const ModelConfig m = small_model();
+  GPT model(m, Device::cpu(), DType::f32);
+  model.init(3);
+  const Tensor x = random_tokens(2, 8, m.vocab_size, 11), y = random_tokens(2, 8, m.vocab_size, 12);
+  auto run = [&](bool recompute) {
+    model.params().zero_grads();
+    Tape tape;
+    Var loss;
+    {
+      TapeScope s(&tape);
+      loss = model.loss(x, y, recompute);
+    }
+    tape.backward(loss);
+    return std::make_pair(loss->value.to_float_vector()[0], model.params().grads().to_float_vector());
+  };
+  const auto [l0, g0] = run(false);
+  const auto [l1, g1] = run(true);
+  CHECK(l0 == Catch::Approx(std::log(100.0)).epsilon(0.02));
+  CHECK(l0 == l1);
+  REQUIRE(g0.size() == g1.size());
+  double nz = 0;
+  for (size_t i = 0; i < g0.size(); ++i) {
+    REQUIRE(g0[i] == Catch::Approx(g1[i]).margin(1e-7));
+    nz += g0[i] != 0.0f;
+  }
+  CHECK(nz > g0.size() / 2);
+}
