@@ -36,7 +36,7 @@ class ParameterStore {
   Tensor& master() { return master_; }             // f32 (padded_numel)
   Tensor& grads() { return grads_; }               // f32 (padded_numel)
   Tensor& compute() { return compute_.defined() ? compute_ : master_; }
-  DType compute_dtype() const { return compute().dtype(); }
+  DType compute_dtype() const { return compute_.defined() ? compute_.dtype() : master_.dtype(); }
   Device device() const { return master_.device(); }
 
   // The Var for parameter i: value is a view of the compute buffer, grad a view of grads().

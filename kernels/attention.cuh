@@ -1,0 +1,19 @@
+// Fused causal flash attention (forward and backward) over the packed qkv (B, T, 3C) layout.
+// BF16 inputs, FP32 accumulation and online softmax, tensor cores; T x T is never materialised.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace fp8t::kernels {
+
+// out (B, T, C) bf16; lse (B, NH, T) f32 = logsumexp of each scaled score row (saved for backward).
+// HS = C / NH must be 64 or 128.
+void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
+                       cudaStream_t stream);
+// dqkv (B, T, 3C) bf16 += gradient of the attention. Scratch: dq_accum (B, T, C) f32 and
+// delta (B, NH, T) f32, both overwritten.
+void attention_backward(__nv_bfloat16* dqkv, float* dq_accum, float* delta, const __nv_bfloat16* dout,
+                        const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse, int B, int T, int NH,
+                        int HS, cudaStream_t stream);
+
+}  // namespace fp8t::kernels

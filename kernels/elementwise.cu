@@ -1,0 +1,139 @@
+// Elementwise kernels over flat buffers (grid-stride; 16-byte vectors for the bf16 residual add).
+#include "kernels/cuda_common.cuh"
+#include "kernels/elementwise.cuh"
+
+namespace fp8t::kernels {
+namespace {
+
+// ------------------------------------------------------------------------------------------------
+// CUDA kernels
+
+template <typename T>
+__device__ __forceinline__ float to_f(T x) {
+  return static_cast<float>(x);
+}
+template <>
+__device__ __forceinline__ float to_f<bf16>(bf16 x) {
+  return __bfloat162float(x);
+}
+template <typename T>
+__device__ __forceinline__ T from_f(float x) {
+  return static_cast<T>(x);
+}
+template <>
+__device__ __forceinline__ bf16 from_f<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+template <typename T>
+__global__ void fill_kernel(T* x, size_t n, float value) {
+  const T v = from_f<T>(value);
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) x[i] = v;
+}
+
+// dst = dst * s (+ src when src is given), converted through f32.
+template <typename D, typename S>
+__global__ void axpy_kernel(D* dst, const S* src, size_t n, float s) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    float v = to_f(dst[i]) * s;
+    if (src) v += to_f(src[i]);
+    dst[i] = from_f<D>(v);
+  }
+}
+
+template <typename D, typename S>
+__global__ void cast_kernel(D* dst, const S* src, size_t n) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x)
+    dst[i] = from_f<D>(to_f(src[i]));
+}
+
+// out[i] = a[i] + b[i]; each thread handles 8 elements per 16-byte vector; the tail is scalar.
+__global__ void residual_kernel(bf16* out, const bf16* a, const bf16* b, size_t n) {
+  using V = Vec16<bf16>;
+  const size_t nvec = n / V::size;
+  const size_t stride = size_t{gridDim.x} * blockDim.x;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < nvec; i += stride) {
+    const V va = V::load(a + i * V::size), vb = V::load(b + i * V::size);
+    V vo;
+#pragma unroll
+    for (int k = 0; k < V::size; ++k) vo.v[k] = __float2bfloat16_rn(__bfloat162float(va.v[k]) + __bfloat162float(vb.v[k]));
+    vo.store(out + i * V::size);
+  }
+  for (size_t i = nvec * V::size + blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += stride)
+    out[i] = __float2bfloat16_rn(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+
+// ------------------------------------------------------------------------------------------------
+// kernel launchers
+
+constexpr int kThreads = 256;
+int grid_for(size_t n) { return static_cast<int>(std::min<size_t>((n + kThreads - 1) / kThreads, 65536)); }
+
+void check_dtype(DType t, const char* what) {
+  FP8T_CHECK(t == DType::f32 || t == DType::bf16, "{}: dtype {} not supported (f32 or bf16)", what, dtype_name(t));
+}
+
+template <typename D, typename S>
+void launch_axpy(void* dst, const void* src, size_t n, float s, cudaStream_t stream) {
+  axpy_kernel<D, S><<<grid_for(n), kThreads, 0, stream>>>(static_cast<D*>(dst), static_cast<const S*>(src), n, s);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename D, typename S>
+void launch_cast(void* dst, const void* src, size_t n, cudaStream_t stream) {
+  cast_kernel<D, S><<<grid_for(n), kThreads, 0, stream>>>(static_cast<D*>(dst), static_cast<const S*>(src), n);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void fill(void* x, DType dtype, size_t n, float value, cudaStream_t stream) {
+  check_dtype(dtype, "fill");
+  if (n == 0) return;
+  if (dtype == DType::f32)
+    fill_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<float*>(x), n, value);
+  else
+    fill_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<bf16*>(x), n, value);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_inplace(void* dst, DType dst_dtype, const void* src, DType src_dtype, size_t n, cudaStream_t stream) {
+  check_dtype(dst_dtype, "add_inplace");
+  check_dtype(src_dtype, "add_inplace");
+  FP8T_CHECK(src != nullptr, "add_inplace: null source");
+  if (n == 0) return;
+  const bool df = dst_dtype == DType::f32, sf = src_dtype == DType::f32;
+  if (df && sf) launch_axpy<float, float>(dst, src, n, 1.0f, stream);
+  if (df && !sf) launch_axpy<float, bf16>(dst, src, n, 1.0f, stream);
+  if (!df && sf) launch_axpy<bf16, float>(dst, src, n, 1.0f, stream);
+  if (!df && !sf) launch_axpy<bf16, bf16>(dst, src, n, 1.0f, stream);
+}
+
+void scale_inplace(void* x, DType dtype, size_t n, float s, cudaStream_t stream) {
+  check_dtype(dtype, "scale_inplace");
+  if (n == 0) return;
+  if (dtype == DType::f32)
+    launch_axpy<float, float>(x, nullptr, n, s, stream);
+  else
+    launch_axpy<bf16, bf16>(x, nullptr, n, s, stream);
+}
+
+void cast(void* dst, DType dst_dtype, const void* src, DType src_dtype, size_t n, cudaStream_t stream) {
+  check_dtype(dst_dtype, "cast");
+  check_dtype(src_dtype, "cast");
+  if (n == 0) return;
+  const bool df = dst_dtype == DType::f32, sf = src_dtype == DType::f32;
+  if (df && sf) launch_cast<float, float>(dst, src, n, stream);
+  if (df && !sf) launch_cast<float, bf16>(dst, src, n, stream);
+  if (!df && sf) launch_cast<bf16, float>(dst, src, n, stream);
+  if (!df && !sf) launch_cast<bf16, bf16>(dst, src, n, stream);
+}
+
+void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  FP8T_CHECK(aligned16(out) && aligned16(a) && aligned16(b), "residual_forward: pointers must be 16-byte aligned");
+  residual_kernel<<<grid_for(n / 8 + 1), kThreads, 0, stream>>>(out, a, b, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace fp8t::kernels

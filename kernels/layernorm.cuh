@@ -1,0 +1,18 @@
+// LayerNorm over the last dimension C (eps 1e-5): bf16 activations, bf16 weights, f32 statistics.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fp8t::kernels {
+
+// out (N, C) bf16; mean, rstd (N) f32 saved for backward; w, b (C) bf16
+void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* inp,
+                       const __nv_bfloat16* w, const __nv_bfloat16* b, int64_t N, int C, cudaStream_t stream);
+// dinp (N, C) bf16 +=; dw, db (C) f32 += (atomics across row chunks)
+void layernorm_backward(__nv_bfloat16* dinp, float* dw, float* db, const __nv_bfloat16* dout,
+                        const __nv_bfloat16* inp, const __nv_bfloat16* w, const float* mean, const float* rstd,
+                        int64_t N, int C, cudaStream_t stream);
+
+}  // namespace fp8t::kernels

@@ -1,0 +1,247 @@
+// cuBLASLt GEMM wrapper: one handle, one 32 MiB workspace and one plan cache per device; plus the
+// bias-gradient column reduction.
+#include <cublasLt.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "kernels/cuda_common.cuh"
+#include "core/allocator.h"
+#include "kernels/matmul.cuh"
+
+namespace fp8t::kernels {
+namespace {
+
+// ------------------------------------------------------------------------------------------------
+// CUDA kernels
+
+// block (32 columns, 8 row lanes); grid (column tiles, row chunks)
+__global__ void column_sum_kernel(float* dbias, const bf16* dout, int M, int N) {
+  __shared__ float s_acc[8][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  float acc = 0.0f;
+  if (c < N)
+    for (int64_t r = blockIdx.y * int64_t{8} + threadIdx.y; r < M; r += int64_t{gridDim.y} * 8)
+      acc += __bfloat162float(dout[r * N + c]);
+  s_acc[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < N) {
+    for (int k = 1; k < 8; ++k) acc += s_acc[k][threadIdx.x];
+    atomicAdd(&dbias[c], acc);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// cuBLASLt plumbing
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::e4m3: return CUDA_R_8F_E4M3;
+    case DType::e5m2: return CUDA_R_8F_E5M2;
+    default: FP8T_FAIL("matmul: dtype {} is not a GEMM operand type", dtype_name(t));
+  }
+}
+
+cublasLtEpilogue_t lt_epilogue(MatmulEpilogue e) {
+  switch (e) {
+    case MatmulEpilogue::none: return CUBLASLT_EPILOGUE_DEFAULT;
+    case MatmulEpilogue::bias: return CUBLASLT_EPILOGUE_BIAS;
+    case MatmulEpilogue::gelu: return CUBLASLT_EPILOGUE_GELU;
+    case MatmulEpilogue::gelu_bias: return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case MatmulEpilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+int alignment_of(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  int a = 256;
+  while (a > 1 && (v % a) != 0) a /= 2;
+  return a;
+}
+
+struct PlanKey {
+  int m, n, k;
+  bool trans_a, trans_b, scaled_a, scaled_b;
+  DType a, b, d;
+  MatmulEpilogue epilogue;
+  int align_a, align_b, align_d, align_bias;
+  bool operator==(const PlanKey&) const = default;
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    size_t h = 1469598103934665603ull;
+    auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    mix(static_cast<uint64_t>(k.m));
+    mix(static_cast<uint64_t>(k.n));
+    mix(static_cast<uint64_t>(k.k));
+    mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) | (k.scaled_a ? 4u : 0u) | (k.scaled_b ? 8u : 0u));
+    mix((static_cast<uint64_t>(k.a) << 24) | (static_cast<uint64_t>(k.b) << 16) | (static_cast<uint64_t>(k.d) << 8) |
+        static_cast<uint64_t>(k.epilogue));
+    mix((static_cast<uint64_t>(k.align_a) << 48) | (static_cast<uint64_t>(k.align_b) << 32) |
+        (static_cast<uint64_t>(k.align_d) << 16) | static_cast<uint64_t>(k.align_bias));
+    return h;
+  }
+};
+
+using MatmulDesc = CudaHandle<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
+using MatrixLayout = CudaHandle<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
+using MatmulPreference = CudaHandle<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
+
+// Descriptors and the chosen algorithm for one key; pointers are set on the descriptor per call.
+struct Plan {
+  MatmulDesc desc;
+  MatrixLayout a, b, d;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+MatrixLayout make_layout(cudaDataType_t t, int rows, int cols) {
+  cublasLtMatrixLayout_t l = nullptr;
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, t, rows, cols, rows));
+  return MatrixLayout(l);
+}
+
+template <typename V>
+void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const V& value) {
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
+}
+
+struct DeviceContext {
+  CublasLtHandle handle;
+  void* workspace = nullptr;
+  std::mutex mu;
+  std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+};
+
+DeviceContext& device_context() {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  // The allocators are created before the contexts below, so they outlive them at exit.
+  Allocator& alloc = allocator_for(Device::cuda(dev));
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<DeviceContext>> contexts;
+  std::lock_guard lk(mu);
+  auto& ctx = contexts[dev];
+  if (!ctx) {
+    ctx = std::make_unique<DeviceContext>();
+    ctx->handle = make_cublaslt();
+    // Held for the life of the process (accounted under `workspace`).
+    ctx->workspace = alloc.allocate(kWorkspaceBytes, MemCategory::workspace);
+  }
+  return *ctx;
+}
+
+Plan& get_plan(DeviceContext& ctx, const PlanKey& key) {
+  auto& slot = ctx.plans[key];
+  if (slot) return *slot;
+  auto plan = std::make_unique<Plan>();
+  cublasLtMatmulDesc_t desc = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  plan->desc = MatmulDesc(desc);
+  const cublasOperation_t op_a = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+  set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+  set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt_epilogue(key.epilogue));
+  if (key.epilogue == MatmulEpilogue::bias || key.epilogue == MatmulEpilogue::gelu_bias ||
+      key.epilogue == MatmulEpilogue::gelu_aux_bias)
+    set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(key.d));
+  if (key.epilogue == MatmulEpilogue::gelu_aux_bias) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{key.m});
+  plan->a = key.trans_a ? make_layout(cuda_type(key.a), key.k, key.m) : make_layout(cuda_type(key.a), key.m, key.k);
+  plan->b = key.trans_b ? make_layout(cuda_type(key.b), key.n, key.k) : make_layout(cuda_type(key.b), key.k, key.n);
+  plan->d = make_layout(cuda_type(key.d), key.m, key.n);
+
+  cublasLtMatmulPreference_t pref_raw = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_raw));
+  MatmulPreference pref(pref_raw);
+  auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attr, auto value) {
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
+  };
+  set_pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kWorkspaceBytes);
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(key.align_a));
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(key.align_b));
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(key.align_d));
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(key.align_d));
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, plan->a, plan->b, plan->d, plan->d, pref, 1, &result,
+                                              &found));
+  FP8T_CHECK(found > 0,
+             "cuBLASLt has no algorithm for D({}x{}, {}) = op(A {}{}) op(B {}{}), k={}, epilogue {}, "
+             "alignments A/B/D {}/{}/{} bytes",
+             key.m, key.n, dtype_name(key.d), dtype_name(key.a), key.trans_a ? "^T" : "", dtype_name(key.b),
+             key.trans_b ? "^T" : "", key.k, static_cast<int>(key.epilogue), key.align_a, key.align_b, key.align_d);
+  plan->algo = result.algo;
+  slot = std::move(plan);
+  return *slot;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// kernel launchers
+
+void matmul_cublaslt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, const MatmulOperand& b,
+                     bool trans_b, int m, int n, int k, float alpha, float beta, MatmulEpilogue epilogue,
+                     const void* bias, void* aux, cudaStream_t stream) {
+  FP8T_CHECK(m > 0 && n > 0 && k > 0, "matmul: bad sizes m={} n={} k={}", m, n, k);
+  FP8T_CHECK(d_dtype == DType::bf16 || d_dtype == DType::f32, "matmul: output dtype {} (bf16 or f32)",
+             dtype_name(d_dtype));
+  const bool has_bias = epilogue == MatmulEpilogue::bias || epilogue == MatmulEpilogue::gelu_bias ||
+                        epilogue == MatmulEpilogue::gelu_aux_bias;
+  FP8T_CHECK(!has_bias || bias != nullptr, "matmul: bias epilogue without a bias pointer");
+  FP8T_CHECK(epilogue != MatmulEpilogue::gelu_aux_bias || aux != nullptr, "matmul: GELU aux epilogue without aux");
+  const bool fp8 = a.dtype == DType::e4m3 || a.dtype == DType::e5m2;
+  FP8T_CHECK(!fp8 || (trans_a && !trans_b), "matmul: FP8 GEMMs need the TN layout (both operands K-major)");
+  FP8T_CHECK(!(a.dtype == DType::e5m2 && b.dtype == DType::e5m2), "matmul: E5M2 x E5M2 is not supported by cuBLASLt");
+
+  DeviceContext& ctx = device_context();
+  std::lock_guard lk(ctx.mu);
+  const PlanKey key{m, n, k, trans_a, trans_b, a.scale != nullptr, b.scale != nullptr, a.dtype, b.dtype, d_dtype,
+                    epilogue, alignment_of(a.data), alignment_of(b.data), alignment_of(d), has_bias ? alignment_of(bias) : 256};
+  Plan& plan = get_plan(ctx, key);
+  if (has_bias) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (epilogue == MatmulEpilogue::gelu_aux_bias) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+  if (a.scale) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a.scale);
+  if (b.scale) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b.scale);
+  CUBLAS_CHECK(cublasLtMatmul(ctx.handle, plan.desc, &alpha, a.data, plan.a, b.data, plan.b, &beta, d, plan.d, d,
+                              plan.d, &plan.algo, ctx.workspace, kWorkspaceBytes, stream));
+}
+
+void matmul_forward(void* out, DType out_dtype, const bf16* inp, const bf16* weight, const void* bias, int M, int K,
+                    int N, cudaStream_t stream) {
+  // Column-major view: out^T (N, M) = W (N, K) [stored (K, N), transposed] @ inp^T (K, M)
+  matmul_cublaslt(out, out_dtype, {weight, DType::bf16}, true, {inp, DType::bf16}, false, N, M, K, 1.0f, 0.0f,
+                  bias ? MatmulEpilogue::bias : MatmulEpilogue::none, bias, nullptr, stream);
+}
+
+void matmul_backward_input(bf16* dinp, const bf16* dout, const bf16* weight, int M, int K, int N, bool accumulate,
+                           cudaStream_t stream) {
+  // dinp^T (K, M) = W^T (K, N) [W stored (K, N) column-major] @ dout^T (N, M)
+  matmul_cublaslt(dinp, DType::bf16, {weight, DType::bf16}, false, {dout, DType::bf16}, false, K, M, N, 1.0f,
+                  accumulate ? 1.0f : 0.0f, MatmulEpilogue::none, nullptr, nullptr, stream);
+}
+
+void matmul_backward_weight(float* dweight, const bf16* dout, const bf16* inp, int M, int K, int N, bool accumulate,
+                            cudaStream_t stream) {
+  // dW^T (K, N) = inp^T (K, M) @ dout (M, N) [dout stored (N, M) column-major, transposed]
+  matmul_cublaslt(dweight, DType::f32, {inp, DType::bf16}, false, {dout, DType::bf16}, true, K, N, M, 1.0f,
+                  accumulate ? 1.0f : 0.0f, MatmulEpilogue::none, nullptr, nullptr, stream);
+}
+
+void matmul_backward_bias(float* dbias, const bf16* dout, int M, int N, cudaStream_t stream) {
+  FP8T_CHECK(M > 0 && N > 0, "matmul_backward_bias: bad sizes M={} N={}", M, N);
+  const int row_chunks = std::clamp(ceil_div(M, 64), 1, 512);
+  column_sum_kernel<<<dim3(ceil_div(N, 32), row_chunks), dim3(32, 8), 0, stream>>>(dbias, dout, M, N);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace fp8t::kernels

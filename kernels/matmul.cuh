@@ -1,0 +1,50 @@
+// GEMMs through cuBLASLt: BF16 (later FP8) operands, FP32 accumulation, BF16 or FP32 output,
+// optional bias / GELU epilogues; and the bias-gradient reduction.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace fp8t::kernels {
+
+enum class MatmulEpilogue : uint8_t {
+  none,
+  bias,           // D += bias (per output feature)
+  gelu,           // D = gelu(A B)
+  gelu_bias,      // D = gelu(A B + bias)
+  gelu_aux_bias,  // D = gelu(A B + bias), and the pre-GELU values are written to `aux` (for backward)
+};
+
+// One GEMM operand: its data, element type, and (FP8 only) a device pointer to its f32 dequantisation
+// scale (cuBLASLt's A/B_SCALE_POINTER), so delayed scaling needs no host round trip.
+struct MatmulOperand {
+  const void* data = nullptr;
+  DType dtype = DType::bf16;
+  const float* scale = nullptr;
+};
+
+// Column-major, packed: D (m, n) = alpha * op(A) @ op(B) + beta * D, op(A) (m, k), op(B) (k, n).
+// A is stored (k, m) when trans_a else (m, k); B is stored (n, k) when trans_b else (k, n).
+// d_dtype: bf16 or f32. bias has m elements (D's type for bf16 output, f32 for f32 output).
+// The algorithm is chosen once per (shape, layout, dtypes, epilogue, alignment) and cached per device.
+void matmul_cublaslt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, const MatmulOperand& b,
+                     bool trans_b, int m, int n, int k, float alpha, float beta, MatmulEpilogue epilogue,
+                     const void* bias, void* aux, cudaStream_t stream);
+
+// ---- Row-major helpers used by ops (layout fixed alphabet: M rows, K in features, N out features) ----
+// out (M, N) = inp (M, K) @ weight (N, K)^T (+ bias (N)); out bf16 or f32
+void matmul_forward(void* out, DType out_dtype, const __nv_bfloat16* inp, const __nv_bfloat16* weight,
+                    const void* bias, int M, int K, int N, cudaStream_t stream);
+// dinp (M, K) bf16 (+)= dout (M, N) @ weight (N, K)
+void matmul_backward_input(__nv_bfloat16* dinp, const __nv_bfloat16* dout, const __nv_bfloat16* weight, int M, int K,
+                           int N, bool accumulate, cudaStream_t stream);
+// dweight (N, K) f32 (+)= dout (M, N)^T @ inp (M, K)
+void matmul_backward_weight(float* dweight, const __nv_bfloat16* dout, const __nv_bfloat16* inp, int M, int K, int N,
+                            bool accumulate, cudaStream_t stream);
+// dbias (N) f32 += column sums of dout (M, N)
+void matmul_backward_bias(float* dbias, const __nv_bfloat16* dout, int M, int N, cudaStream_t stream);
+
+}  // namespace fp8t::kernels

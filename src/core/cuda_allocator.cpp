@@ -1,0 +1,115 @@
+// Caching device allocator: cudaMalloc'd blocks pooled by rounded size, one instance per device.
+// After the first training step every request is served from the pool, so no step calls cudaMalloc.
+#ifdef FP8T_HAVE_CUDA  // CPU-only builds get the stub in allocator.cpp
+#include <map>
+#include <memory>
+
+#include "core/allocator.h"
+#include "core/cuda_check.h"
+
+namespace fp8t {
+
+void detail::throw_error(const char* file, int line, const std::string& msg) { fail_at(file, line, msg); }
+
+namespace {
+
+class CudaAllocator final : public Allocator {
+ public:
+  explicit CudaAllocator(int index) : index_(index) {}
+  ~CudaAllocator() override {
+    // The runtime may already be shutting down at exit: ignore errors here.
+    for (auto& [sz, p] : free_) (void)cudaFree(p);
+  }
+  Device device() const override { return Device::cuda(index_); }
+  void release_cached() override {
+    std::lock_guard lk(mu_);
+    release_cached_locked();
+  }
+
+ protected:
+  void* raw_allocate(size_t bytes, MemCategory cat) override {
+    const size_t sz = round_block_size(bytes);
+    // Best fit, but never hand out a block more than twice the size asked (large blocks stay for large asks).
+    if (auto it = free_.lower_bound(sz); it != free_.end() && it->first <= 2 * sz) {
+      void* p = it->second;
+      block_size_[p] = it->first;
+      free_.erase(it);
+      return p;
+    }
+    DeviceGuard guard(index_);
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, sz);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();  // clear the sticky-free error state of the failed malloc
+      release_cached_locked();
+      err = cudaMalloc(&p, sz);
+    }
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      (void)cudaMemGetInfo(&free_b, &total_b);
+      FP8T_FAIL(
+          "CUDA out of memory on cuda:{} allocating {} for {} ({}); device free {} of {}; "
+          "this process holds: {}; reserved by the pool {}. To fit: reduce train.micro_batch, raise "
+          "distributed.zero_stage, set precision.fp8.activation_storage: fp8, or set train.recompute: block",
+          index_, format_bytes(static_cast<int64_t>(bytes)), category_name(cat), cudaGetErrorString(err),
+          format_bytes(static_cast<int64_t>(free_b)), format_bytes(static_cast<int64_t>(total_b)),
+          stats_.breakdown(), format_bytes(stats_.reserved));
+    }
+    stats_.reserved += static_cast<int64_t>(sz);
+    block_size_[p] = sz;
+    return p;
+  }
+
+  void raw_deallocate(void* ptr, size_t bytes) override {
+    auto it = block_size_.find(ptr);
+    const size_t sz = it != block_size_.end() ? it->second : round_block_size(bytes);
+    if (it != block_size_.end()) block_size_.erase(it);
+    free_.emplace(sz, ptr);
+  }
+
+ private:
+  struct DeviceGuard {
+    int prev = 0;
+    explicit DeviceGuard(int index) {
+      CUDA_CHECK(cudaGetDevice(&prev));
+      if (prev != index) CUDA_CHECK(cudaSetDevice(index));
+    }
+    ~DeviceGuard() { (void)cudaSetDevice(prev); }
+  };
+
+  void release_cached_locked() {
+    if (free_.empty()) return;
+    DeviceGuard guard(index_);
+    CUDA_CHECK(cudaDeviceSynchronize());  // cached blocks may still be read by queued kernels
+    for (auto& [sz, p] : free_) {
+      CUDA_CHECK(cudaFree(p));
+      stats_.reserved -= static_cast<int64_t>(sz);
+    }
+    free_.clear();
+  }
+
+  int index_;
+  std::multimap<size_t, void*> free_;         // block size -> cached block
+  std::map<void*, size_t> block_size_;        // live block -> its actual (pooled) size
+};
+
+}  // namespace
+
+Allocator& cuda_allocator(int index) {
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<CudaAllocator>> allocators;
+  std::lock_guard lk(mu);
+  auto& a = allocators[index];
+  if (!a) {
+    int count = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&count));
+    FP8T_CHECK(index >= 0 && index < count, "cuda:{} requested but this machine has {} CUDA device(s)", index,
+               count);
+    a = std::make_unique<CudaAllocator>(index);
+  }
+  return *a;
+}
+
+}  // namespace fp8t
+#endif  // FP8T_HAVE_CUDA

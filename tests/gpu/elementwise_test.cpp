@@ -1,0 +1,68 @@
+// Elementwise kernels (fill, add, scale, cast, residual, GELU) against host loops and the CPU reference.
+#include <catch2/catch_test_macros.hpp>
+
+#include "gpu_test_util.h"
+#include "ops/cpu/reference.h"
+#include "ops/cuda_ops.h"
+
+using namespace fp8t;
+using namespace fp8t::test;
+
+TEST_CASE("fill, scale, add and cast on the GPU", "[gpu][elementwise]") {
+  for (int64_t n : {1, 7, 1000, 100003}) {
+    for (DType dt : {DType::f32, DType::bf16}) {
+      Tensor t = poisoned({n}, dt);
+      cuda_ops::fill(t, 1.75f);
+      for (float x : download(t)) REQUIRE(x == 1.75f);
+
+      const auto a = round_bf16(randn(n)), b = round_bf16(randn(n));
+      Tensor ta = upload(a, {n}, dt);
+      cuda_ops::scale_inplace(ta, 0.5f);
+      std::vector<float> ref(a);
+      for (auto& x : ref) x *= 0.5f;
+      CHECK(rel_err(download(ta), ref) < (dt == DType::f32 ? 1e-6 : 1e-2));
+
+      for (DType src_dt : {DType::f32, DType::bf16}) {
+        Tensor tb = upload(b, {n}, src_dt);
+        Tensor tc = upload(a, {n}, dt);
+        cuda_ops::add_inplace(tc, tb);
+        std::vector<float> sum(n);
+        for (int64_t i = 0; i < n; ++i) sum[i] = a[i] + b[i];
+        CHECK(rel_err(download(tc), sum) < (dt == DType::f32 ? 1e-6 : 1e-2));
+      }
+      Tensor src = upload(a, {n}, dt);
+      Tensor dst = poisoned({n}, dt == DType::f32 ? DType::bf16 : DType::f32);
+      cuda_ops::cast(dst, src);
+      CHECK(rel_err(download(dst), a) < 1e-6);  // a is bf16-exact
+    }
+  }
+}
+
+TEST_CASE("residual add matches a + b", "[gpu][elementwise]") {
+  for (int64_t n : {8, 77 * 64 + 3, 1 << 20}) {
+    const auto a = round_bf16(randn(n)), b = round_bf16(randn(n));
+    Tensor out = poisoned({n}, DType::bf16);
+    cuda_ops::residual_forward(out, upload(a, {n}, DType::bf16), upload(b, {n}, DType::bf16));
+    std::vector<float> ref(n);
+    for (int64_t i = 0; i < n; ++i) ref[i] = a[i] + b[i];
+    CHECK(rel_err(download(out), ref) < 1e-2);
+  }
+}
+
+TEST_CASE("GELU forward and backward match the CPU reference", "[gpu][gelu]") {
+  for (int64_t n : {5, 4096 + 3, 3 * 1024 * 768}) {
+    const auto x = round_bf16(randn(n, 2.0f)), dy = round_bf16(randn(n));
+    Tensor out = poisoned({n}, DType::bf16);
+    Tensor tx = upload(x, {n}, DType::bf16);
+    cuda_ops::gelu_forward(out, tx);
+    std::vector<float> ref(n);
+    cpu::gelu_forward(ref.data(), x.data(), n);
+    CHECK(rel_err(download(out), ref) < 1e-2);
+
+    std::vector<float> dx0 = round_bf16(randn(n, 0.5f)), dref(dx0);
+    Tensor dx = upload(dx0, {n}, DType::bf16);
+    cuda_ops::gelu_backward(dx, tx, upload(dy, {n}, DType::bf16));
+    cpu::gelu_backward(dref.data(), x.data(), dy.data(), n);
+    CHECK(rel_err(download(dx), dref) < 1e-2);
+  }
+}

@@ -1,0 +1,61 @@
+// Embedding and LayerNorm kernels against the CPU reference (bf16 activations, f32 gradients).
+#include <catch2/catch_test_macros.hpp>
+
+#include "gpu_test_util.h"
+#include "ops/cpu/reference.h"
+#include "ops/cuda_ops.h"
+
+using namespace fp8t;
+using namespace fp8t::test;
+
+TEST_CASE("embedding forward and backward", "[gpu][embedding]") {
+  struct Case { int B, T, C, Vp, maxT; };
+  for (auto [B, T, C, Vp, maxT] : {Case{1, 1, 8, 5, 4}, Case{2, 77, 96, 1000, 128}, Case{4, 256, 768, 512, 1024}}) {
+    const auto tokens = randint(size_t(B) * T, Vp);
+    const auto wte = round_bf16(randn(size_t(Vp) * C)), wpe = round_bf16(randn(size_t(maxT) * C));
+    Tensor out = poisoned({B, T, C}, DType::bf16);
+    Tensor ttok = upload_i32(tokens, {B, T});
+    cuda_ops::embedding_forward(out, ttok, upload(wte, {Vp, C}, DType::bf16), upload(wpe, {maxT, C}, DType::bf16));
+    std::vector<float> ref(size_t(B) * T * C);
+    cpu::embedding_forward(ref.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    CHECK(rel_err(download(out), ref) < 1e-2);
+
+    const auto dout = round_bf16(randn(size_t(B) * T * C));
+    auto dwte0 = randn(size_t(Vp) * C), dwpe0 = randn(size_t(maxT) * C);
+    Tensor dwte = upload(dwte0, {Vp, C}, DType::f32), dwpe = upload(dwpe0, {maxT, C}, DType::f32);
+    cuda_ops::embedding_backward(dwte, dwpe, upload(dout, {B, T, C}, DType::bf16), ttok);
+    cpu::embedding_backward(dwte0.data(), dwpe0.data(), dout.data(), tokens.data(), B, T, C);
+    CHECK(rel_err(download(dwte), dwte0) < 1e-5);
+    CHECK(rel_err(download(dwpe), dwpe0) < 1e-5);
+  }
+}
+
+TEST_CASE("layernorm forward and backward", "[gpu][layernorm]") {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{1, 32}, {77, 100}, {1024, 768}, {333, 1600}}) {
+    auto x = round_bf16(randn(N * C, 3.0f));
+    for (int64_t i = 0; i < N * C; ++i) x[i] = bf16_to_float(float_to_bf16(x[i] + 0.5f));  // nonzero mean
+    const auto w = round_bf16(randn(C, 1.0f)), b = round_bf16(randn(C, 1.0f));
+    Tensor tx = upload(x, {N, C}, DType::bf16), tw = upload(w, {C}, DType::bf16), tb = upload(b, {C}, DType::bf16);
+    Tensor out = poisoned({N, C}, DType::bf16), mean = poisoned({N}, DType::f32), rstd = poisoned({N}, DType::f32);
+    cuda_ops::layernorm_forward(out, mean, rstd, tx, tw, tb);
+    std::vector<float> ref(N * C), rmean(N), rrstd(N);
+    cpu::layernorm_forward(ref.data(), rmean.data(), rrstd.data(), x.data(), w.data(), b.data(), N, C);
+    CHECK(rel_err(download(out), ref) < 1e-2);
+    CHECK(rel_err(download(mean), rmean) < 1e-4);
+    CHECK(rel_err(download(rstd), rrstd) < 1e-4);
+
+    const auto dout = round_bf16(randn(N * C));
+    // Zero-start reference to size the accumulator's initial values like the gradient itself.
+    std::vector<float> g(N * C, 0.0f), gw(C, 0.0f), gb(C, 0.0f);
+    cpu::layernorm_backward(g.data(), gw.data(), gb.data(), dout.data(), x.data(), w.data(), rmean.data(), rrstd.data(),
+                            N, C);
+    auto dx0 = round_bf16(randn(N * C, float(rms(g)))), dw0 = randn(C, float(rms(gw))), db0 = randn(C, float(rms(gb)));
+    Tensor dx = upload(dx0, {N, C}, DType::bf16), dw = upload(dw0, {C}, DType::f32), db = upload(db0, {C}, DType::f32);
+    cuda_ops::layernorm_backward(dx, dw, db, upload(dout, {N, C}, DType::bf16), tx, tw, mean, rstd);
+    cpu::layernorm_backward(dx0.data(), dw0.data(), db0.data(), dout.data(), x.data(), w.data(), rmean.data(),
+                            rrstd.data(), N, C);
+    CHECK(rel_err(download(dx), dx0) < 1e-2);
+    CHECK(rel_err(download(dw), dw0) < 1e-4);
+    CHECK(rel_err(download(db), db0) < 1e-4);
+  }
+}
