@@ -163,7 +163,8 @@ TEST_CASE("data: shuffled loader is deterministic, per-rank disjoint, and covers
   write_shard(dir.file("s_000000.bin"), iota_tokens(5 * W * BT + 1, 0));
   write_shard(dir.file("s_000001.bin"), iota_tokens(4 * W * BT + 1, 500));
   const std::string pattern = dir.file("s_*.bin");
-  ShardLoader r0(pattern, B, T, 0, W, 42), r1(pattern, B, T, 1, W, 42), again(pattern, B, T, 0, W, 42);
+  ShardLoader r0(pattern, B, T, 0, W, 42), r1(pattern, B, T, 1, W, 42);
+  ShardLoader again(pattern, B, T, 0, W, 42);
   std::vector<int32_t> a(BT), b(BT), c(BT), ta(BT), tb(BT), tc(BT);
   std::multiset<int32_t> seen;
   for (int step = 0; step < r0.batches_per_epoch(); ++step) {

@@ -1,0 +1,365 @@
+// Run configuration: YAML text -> Config (with --set overrides and validation) and Config -> YAML.
+// Every key is listed once, in visit_fields(); reading, writing and the key schema all walk it.
+#include "config/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <string_view>
+#include <type_traits>
+
+#include "config/config_schema.h"
+#include "config/yaml_util.h"
+#include "core/check.h"
+
+namespace fp8t {
+namespace {
+
+using yaml_util::describe;
+using yaml_util::fail;
+using yaml_util::Origin;
+using namespace config_schema;
+
+[[noreturn]] void unknown_key(const Origin& origin, std::string path) {
+  // Blame the first component that is not a section: 'nosuch' in --set nosuch.key=1.
+  for (size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', dot + 1)) {
+    std::string prefix = path.substr(0, dot);
+    if (schema().leaf_set.contains(prefix))
+      fail(origin, path, fmt::format("unknown key; '{}' is a single value, not a section", prefix));
+    if (!schema().sections.contains(prefix)) {
+      path = prefix;
+      break;
+    }
+  }
+  auto [parent, name] = split_last(path);
+  std::vector<std::string> siblings = schema().children(parent);
+  std::string near = yaml_util::closest(name, siblings);
+  std::string hint;
+  if (!near.empty()) {
+    hint = fmt::format("; did you mean '{}'?", parent.empty() ? near : parent + "." + near);
+  } else {
+    for (const auto& k : schema().leaves)  // the right name in the wrong section
+      if (split_last(k).second == name) hint = fmt::format("; did you mean '{}'?", k);
+    if (hint.empty())
+      hint = fmt::format("; known keys{}: {}", parent.empty() ? "" : " in " + parent,
+                         fmt::join(siblings, ", "));
+  }
+  fail(origin, path, "unknown key" + hint);
+}
+
+// The config as dotted key -> (YAML value, where it came from); overrides replace entries.
+struct Entry {
+  YAML::Node value;
+  Origin origin;
+};
+using Entries = std::map<std::string, Entry, std::less<>>;
+
+void flatten(const YAML::Node& map, const std::string& prefix, const Origin& origin, Entries& out);
+
+void place(const std::string& path, const YAML::Node& value, const Origin& origin, Entries& out) {
+  if (schema().sections.contains(path)) {
+    if (value.IsNull()) return;  // an empty section keeps its defaults
+    if (!value.IsMap())
+      fail(origin, path,
+           fmt::format("expected a map (a section of keys), got {}", describe(value)));
+    flatten(value, path, origin, out);
+  } else if (schema().leaf_set.contains(path)) {
+    auto [it, inserted] = out.try_emplace(path, Entry{value, origin});
+    if (inserted) return;
+    if (origin.override_text.empty() && it->second.origin.override_text.empty())
+      fail(origin, path,
+           fmt::format("duplicate key (first set on line {})", it->second.origin.line));
+    it->second = Entry{value, origin};
+  } else {
+    unknown_key(origin, path);
+  }
+}
+
+void flatten(const YAML::Node& map, const std::string& prefix, const Origin& origin, Entries& out) {
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    Origin at = origin;
+    if (at.override_text.empty()) at.line = yaml_util::line_of(it->first.Mark());
+    if (!it->first.IsScalar())
+      fail(at, prefix.empty() ? "config" : prefix, "keys must be plain names");
+    place(prefix.empty() ? it->first.Scalar() : prefix + "." + it->first.Scalar(), it->second, at,
+          out);
+  }
+}
+
+void apply_override(const std::string& text, const std::string& source, Entries& out) {
+  Origin origin{source, 0, text};
+  size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw Error(fmt::format("{}: expected KEY=VALUE, e.g. optim.lr=3e-4", origin.where()));
+  std::string key = text.substr(0, eq);
+  while (!key.empty() && key.back() == ' ') key.pop_back();
+  YAML::Node value;
+  try {
+    value = YAML::Load(text.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    fail(origin, key, fmt::format("the value is not valid YAML: {}", e.msg));
+  }
+  place(key, value, origin, out);
+}
+
+// Fills fields from entries; a key without an entry keeps its default.
+class Reader {
+ public:
+  explicit Reader(const Entries& entries) : entries_(entries) {}
+
+  void operator()(std::string_view key, std::string& out, Choices choices = {}) {
+    const Entry* e = find(key);
+    if (!e) return;
+    out = e->value.IsNull() ? "" : scalar(key, *e, "a string");
+    if (!choices.empty() && std::find(choices.begin(), choices.end(), out) == choices.end())
+      fail(e->origin, key, fmt::format("expected {}, got '{}'", one_of(choices), out));
+  }
+
+  template <class I>
+    requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
+  void operator()(std::string_view key, I& out, Range range = {}) {
+    const Entry* e = find(key);
+    if (!e) return;
+    const std::string& text = scalar(key, *e, "an integer");
+    if constexpr (std::is_unsigned_v<I>) {
+      auto v = yaml_util::parse_uint(text);
+      if (!v) fail(e->origin, key, fmt::format("expected a non-negative integer, got '{}'", text));
+      out = static_cast<I>(*v);
+    } else {
+      auto v = yaml_util::parse_int(text);
+      if (!v) fail(e->origin, key, fmt::format("expected an integer, got '{}'", text));
+      if constexpr (sizeof(I) < sizeof(int64_t)) {
+        if (*v < std::numeric_limits<I>::min() || *v > std::numeric_limits<I>::max())
+          fail(e->origin, key,
+               fmt::format("{} is out of range for a {}-bit integer", *v, 8 * sizeof(I)));
+      }
+      if (!range.contains(static_cast<double>(*v)))
+        fail(e->origin, key, fmt::format("expected an integer {}, got {}", range.str(), *v));
+      out = static_cast<I>(*v);
+    }
+  }
+
+  void operator()(std::string_view key, double& out, Range range = {}) {
+    const Entry* e = find(key);
+    if (e) out = number(key, e->value, e->origin, range);
+  }
+
+  void operator()(std::string_view key, bool& out) {
+    const Entry* e = find(key);
+    if (!e) return;
+    const std::string& text = scalar(key, *e, "true or false");
+    auto v = yaml_util::parse_bool(text);
+    if (!v) fail(e->origin, key, fmt::format("expected true or false, got '{}'", text));
+    out = *v;
+  }
+
+  template <class E>
+    requires std::is_enum_v<E>
+  void operator()(std::string_view key, E& out) {
+    if (const Entry* e = find(key)) out = static_cast<E>(choice(key, *e, names_of(E{})));
+  }
+
+  void operator()(std::string_view key, Device& out) {
+    if (const Entry* e = find(key))
+      out = choice(key, *e, kDeviceNames) == 0 ? Device::cpu() : Device::cuda();
+  }
+
+  void operator()(std::string_view key, std::vector<std::string>& out, Choices choices) {
+    const Entry* e = find(key);
+    if (!e) return;
+    if (!e->value.IsSequence())
+      fail(e->origin, key,
+           fmt::format("expected a list of {}, got {}", one_of(choices), describe(e->value)));
+    out.clear();
+    for (const auto& item : e->value) {
+      Origin at = element_origin(*e, item);
+      if (!item.IsScalar() ||
+          std::find(choices.begin(), choices.end(), item.Scalar()) == choices.end())
+        fail(at, key,
+             fmt::format("expected each item to be {}, got {}", one_of(choices), describe(item)));
+      if (std::find(out.begin(), out.end(), item.Scalar()) != out.end())
+        fail(at, key, fmt::format("'{}' is listed twice", item.Scalar()));
+      out.push_back(item.Scalar());
+    }
+  }
+
+  void pair(std::string_view key, double& a, double& b, Range range) {
+    const Entry* e = find(key);
+    if (!e) return;
+    if (!e->value.IsSequence() || e->value.size() != 2)
+      fail(e->origin, key,
+           fmt::format("expected a list of two numbers, e.g. [0.9, 0.95], got {}",
+                       describe(e->value)));
+    a = number(key, e->value[0], element_origin(*e, e->value[0]), range);
+    b = number(key, e->value[1], element_origin(*e, e->value[1]), range);
+  }
+
+ private:
+  const Entry* find(std::string_view key) const {
+    auto it = entries_.find(key);
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+  static const std::string& scalar(std::string_view key, const Entry& e, std::string_view what) {
+    if (!e.value.IsScalar())
+      fail(e.origin, key, fmt::format("expected {}, got {}", what, describe(e.value)));
+    return e.value.Scalar();
+  }
+  static size_t choice(std::string_view key, const Entry& e, Choices choices) {
+    const std::string& text = scalar(key, e, one_of(choices));
+    for (size_t i = 0; i < choices.size(); ++i)
+      if (choices[i] == text) return i;
+    fail(e.origin, key, fmt::format("expected {}, got '{}'", one_of(choices), text));
+  }
+  static double number(std::string_view key, const YAML::Node& node, const Origin& at,
+                       Range range) {
+    if (!node.IsScalar()) fail(at, key, fmt::format("expected a number, got {}", describe(node)));
+    auto v = yaml_util::parse_double(node.Scalar());
+    if (!v) fail(at, key, fmt::format("expected a number, got '{}'", node.Scalar()));
+    if (!range.contains(*v))
+      fail(at, key, fmt::format("expected a number {}, got {}", range.str(), *v));
+    return *v;
+  }
+  // List items carry their own line when they come from the file.
+  static Origin element_origin(const Entry& e, const YAML::Node& item) {
+    Origin at = e.origin;
+    if (at.override_text.empty() && yaml_util::line_of(item.Mark()) > 0)
+      at.line = yaml_util::line_of(item.Mark());
+    return at;
+  }
+
+  const Entries& entries_;
+};
+
+// Checks that span several keys; the error points at the first of `keys` that was set.
+void check_cross_fields(const Config& c, const Entries& entries, const std::string& source) {
+  auto origin_of = [&](std::initializer_list<std::string_view> keys) {
+    for (auto k : keys)
+      if (auto it = entries.find(k); it != entries.end()) return std::pair{k, it->second.origin};
+    return std::pair{*keys.begin(), Origin{source, 0, {}}};
+  };
+  const ModelConfig& m = c.model;
+  if (m.d_model % m.n_head != 0) {
+    auto [key, at] = origin_of({"model.d_model", "model.n_head"});
+    fail(at, key,
+         fmt::format("d_model = {} must be divisible by n_head = {}", m.d_model, m.n_head));
+  }
+  const int64_t per_micro = int64_t{c.train.micro_batch} * m.seq_len;
+  const int64_t total = c.train.total_batch_tokens;
+  if (total != 0 && total % per_micro != 0) {
+    auto [key, at] = origin_of({"train.total_batch_tokens"});
+    int64_t lower = total / per_micro * per_micro, upper = lower + per_micro;
+    int64_t nearest = (lower > 0 && total - lower <= upper - total) ? lower : upper;
+    fail(at, key,
+         fmt::format("{} must be 0 or a multiple of micro_batch * seq_len = {} * {} = {}; "
+                     "nearest valid value: {}",
+                     total, c.train.micro_batch, m.seq_len, per_micro, nearest));
+  }
+}
+
+// Emits every field; doubles in their shortest round-trip form, strings quoted.
+class Writer {
+ public:
+  explicit Writer(YAML::Emitter& out) : out_(out), nested_(out) {}
+  void finish() { nested_.finish(); }
+
+  void operator()(std::string_view key, const std::string& v, Choices = {}) {
+    nested_.key(key);
+    out_ << YAML::DoubleQuoted << v;
+  }
+  template <class I>
+    requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
+  void operator()(std::string_view key, const I& v, Range = {}) {
+    nested_.key(key);
+    out_ << fmt::format("{}", v);
+  }
+  void operator()(std::string_view key, const double& v, Range = {}) {
+    nested_.key(key);
+    out_ << yaml_util::format_double(v);
+  }
+  void operator()(std::string_view key, const bool& v) {
+    nested_.key(key);
+    out_ << v;
+  }
+  template <class E>
+    requires std::is_enum_v<E>
+  void operator()(std::string_view key, const E& v) {
+    nested_.key(key);
+    out_ << std::string(names_of(E{})[static_cast<size_t>(v)]);
+  }
+  void operator()(std::string_view key, const Device& v) {
+    nested_.key(key);
+    out_ << std::string(kDeviceNames[v.is_cpu() ? 0 : 1]);
+  }
+  void operator()(std::string_view key, const std::vector<std::string>& v, Choices) {
+    nested_.key(key);
+    out_ << YAML::Flow << v;
+  }
+  void pair(std::string_view key, const double& a, const double& b, Range) {
+    nested_.key(key);
+    out_ << YAML::Flow << YAML::BeginSeq << yaml_util::format_double(a)
+         << yaml_util::format_double(b) << YAML::EndSeq;
+  }
+
+ private:
+  YAML::Emitter& out_;
+  yaml_util::NestedEmitter nested_;
+};
+
+}  // namespace
+
+std::string Config::to_yaml() const {
+  YAML::Emitter out;
+  Writer writer(out);
+  visit_fields(*this, writer);
+  writer.finish();
+  return std::string(out.c_str()) + "\n";
+}
+
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw Error(fmt::format("{}: YAML syntax error: {}",
+                            Origin{source, yaml_util::line_of(e.mark), {}}.where(), e.msg));
+  }
+  Entries entries;
+  if (root.IsMap()) {
+    flatten(root, "", Origin{source, 0, {}}, entries);
+  } else if (!root.IsNull()) {
+    fail(Origin{source, yaml_util::line_of(root.Mark()), {}}, "config",
+         fmt::format("expected a map of sections ({}), got {}",
+                     fmt::join(schema().children(""), ", "), describe(root)));
+  }
+  for (const auto& o : overrides) apply_override(o, source, entries);
+
+  Config cfg;
+  cfg.source = source;
+  Reader reader(entries);
+  visit_fields(cfg, reader);
+  check_cross_fields(cfg, entries, source);
+  return cfg;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw Error(fmt::format("{}: config file not found", path));
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw Error(fmt::format("{}: config path is not a regular file", path));
+  std::ifstream in(path);
+  if (!in) throw Error(fmt::format("{}: cannot open config file: {}", path, std::strerror(errno)));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path, overrides);
+}
+
+}  // namespace fp8t

@@ -1,0 +1,132 @@
+// YAML helpers for config.cpp: origins and error messages, strict scalar parsing, suggestions,
+// nested-map emission.
+#include "config/yaml_util.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+
+#include "core/check.h"
+
+namespace fp8t::yaml_util {
+
+std::string Origin::where() const {
+  if (!override_text.empty()) return fmt::format("{}: --set {}", source, override_text);
+  if (line > 0) return fmt::format("{}, line {}", source, line);
+  return fmt::format("{} (default)", source);
+}
+
+int line_of(const YAML::Mark& mark) { return mark.is_null() ? 0 : mark.line + 1; }
+
+void fail(const Origin& origin, std::string_view key, std::string_view what) {
+  throw Error(fmt::format("{}: {}: {}", origin.where(), key, what));
+}
+
+namespace {
+
+// from_chars rejects a leading '+', which YAML allows.
+std::string_view strip_plus(std::string_view t) {
+  return t.size() > 1 && t[0] == '+' ? t.substr(1) : t;
+}
+
+template <class T>
+std::optional<T> parse_whole(std::string_view text) {
+  text = strip_plus(text);
+  T value{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+std::optional<int64_t> parse_int(std::string_view text) { return parse_whole<int64_t>(text); }
+std::optional<uint64_t> parse_uint(std::string_view text) { return parse_whole<uint64_t>(text); }
+
+std::optional<double> parse_double(std::string_view text) {
+  auto v = parse_whole<double>(text);
+  if (!v || !std::isfinite(*v)) return std::nullopt;
+  return v;
+}
+
+std::optional<bool> parse_bool(std::string_view text) {
+  std::string t(text);
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (t == "true" || t == "yes" || t == "on") return true;
+  if (t == "false" || t == "no" || t == "off") return false;
+  return std::nullopt;
+}
+
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return fmt::format("'{}'", node.Scalar());
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    default:
+      return "nothing";
+  }
+}
+
+std::string format_double(double value) { return fmt::format("{}", value); }
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string closest(std::string_view name, std::span<const std::string> candidates) {
+  std::string best;
+  size_t best_d = 3;
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(name, c);
+    if (d < best_d && d < name.size()) best_d = d, best = c;
+  }
+  return best;
+}
+
+NestedEmitter::NestedEmitter(YAML::Emitter& out) : out_(out) { out_ << YAML::BeginMap; }
+
+void NestedEmitter::key(std::string_view dotted_key) {
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    size_t dot = dotted_key.find('.', start);
+    parts.emplace_back(dotted_key.substr(start, dot - start));
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  size_t common = 0;
+  while (common < open_.size() && common + 1 < parts.size() && open_[common] == parts[common])
+    ++common;
+  while (open_.size() > common) {
+    out_ << YAML::EndMap;
+    open_.pop_back();
+  }
+  for (size_t i = common; i + 1 < parts.size(); ++i) {
+    out_ << YAML::Key << parts[i] << YAML::Value << YAML::BeginMap;
+    open_.push_back(parts[i]);
+  }
+  out_ << YAML::Key << parts.back() << YAML::Value;
+}
+
+void NestedEmitter::finish() {
+  for (; !open_.empty(); open_.pop_back()) out_ << YAML::EndMap;
+  out_ << YAML::EndMap;
+}
+
+}  // namespace fp8t::yaml_util
