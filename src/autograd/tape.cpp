@@ -28,9 +28,12 @@ void Tape::record(const char* name, std::function<void()> backward) {
 
 void Tape::run_backward() {
   while (!nodes_.empty()) {
-    Node node = std::move(nodes_.back());
-    nodes_.pop_back();
-    node.backward();  // `node` (and what it holds) is released at the end of this iteration
+    {
+      Node node = std::move(nodes_.back());
+      nodes_.pop_back();
+      node.backward();  // `node` (and what it holds) is released at the end of this scope
+    }
+    if (hook_) hook_(nodes_.size());
   }
 }
 

@@ -24,9 +24,13 @@ class Tape {
   void run_backward();
   void clear() { nodes_.clear(); }
   size_t size() const { return nodes_.size(); }
+  // Called after each node has run and been released, with the number of nodes still to run
+  // (the trainer uses it to start reducing gradients that are complete, ZeRO stage 2).
+  void set_progress_hook(std::function<void(size_t nodes_left)> hook) { hook_ = std::move(hook); }
 
  private:
   std::vector<Node> nodes_;
+  std::function<void(size_t)> hook_;
 };
 
 // The tape ops record onto (thread-local); null means gradients are not recorded.

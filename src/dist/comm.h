@@ -24,9 +24,26 @@ class Communicator {
   virtual void all_gather(const Tensor& in, Tensor& out) = 0;
   virtual void broadcast(Tensor& t, int root) = 0;
   virtual void barrier() = 0;
+  // t on `root` = op over ranks of t; t on other ranks is left unspecified. ZeRO stage 2 reduces
+  // each gradient bucket to the rank that owns it. The default all-reduces (correct, not lean).
+  virtual void reduce(Tensor& t, ReduceOp op, int root) {
+    (void)root;
+    all_reduce(t, op);
+  }
+  // A collective that has not completed after `seconds` ends every rank with a message naming the
+  // rank and the operation (a peer probably died). Values <= 0 wait forever.
+  virtual void set_timeout(double seconds) { (void)seconds; }
+  // Orders every collective issued so far before later work on the compute stream. Collectives
+  // may return before completing where the backend is asynchronous (NCCL's reduce); the others
+  // complete (or are stream-ordered) on return.
+  virtual void synchronize() {}
 };
 
 // A communicator of one rank: every collective is the identity (copies where in != out).
 std::unique_ptr<Communicator> make_single_communicator();
+
+// The MPI communicator over MPI_COMM_WORLD (CPU tensors). Initialises MPI on first use (finalised
+// at exit) unless the caller already did. Only in builds with MPI (FP8T_HAVE_MPI).
+std::unique_ptr<Communicator> make_mpi_communicator();
 
 }  // namespace fp8t

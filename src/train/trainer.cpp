@@ -9,6 +9,7 @@
 
 #include "autograd/tape.h"
 #include "data/shard.h"
+#include "dist/zero.h"
 #include "nn/gpt.h"
 #include "ops/ops.h"
 #include "optim/adamw.h"
@@ -71,13 +72,13 @@ class Trainer {
 
     fs::create_directories(run_dir_);
     log_ = make_run_logger(run_dir_, comm.rank());
-    model_ = std::make_unique<GPT>(cfg.model, device_, compute_dtype_for(cfg), world);
+    model_ = std::make_unique<GPT>(cfg.model, device_, compute_dtype_for(cfg), world, cfg.precision);
     model_->init(cfg.run.seed);
     ParameterStore& P = model_->params();
     shard_ = P.padded_numel() / world;
-    const bool sharded = cfg.distributed.zero_stage >= 1;
-    opt_begin_ = sharded ? comm.rank() * shard_ : 0;
-    opt_end_ = sharded ? opt_begin_ + shard_ : P.padded_numel();
+    reducer_ = std::make_unique<GradientReducer>(cfg.distributed, comm, P);
+    opt_begin_ = reducer_->shard_begin();
+    opt_end_ = reducer_->shard_end();
     optim_ = std::make_unique<AdamW>(cfg.optim, P, opt_begin_, opt_end_);
 
     train_loader_ = std::make_unique<ShardLoader>(cfg.data.train, cfg.train.micro_batch, cfg.model.seq_len,
@@ -133,27 +134,21 @@ class Trainer {
       batch_->load(*train_loader_);
       Tape tape;
       Var loss;
+      const bool last_micro = micro == accum_ - 1;
+      if (last_micro) reducer_->before_forward();  // ZeRO-2 reduces buckets during this backward
       {
         TapeScope scope(&tape);
         loss = model_->loss(batch_->inputs, batch_->targets, cfg_.train.recompute == Recompute::block);
       }
+      if (last_micro) tape.set_progress_hook(reducer_->backward_hook());
       tape.backward(loss, 1.0f / static_cast<float>(accum_));
       loss_sum += loss->value.to_float_vector()[0];
     }
     const double loss = scalar_sum_over_ranks(comm_, loss_sum / accum_, device_) / comm_.size();
 
-    // Gradients: sum over ranks (stage 0: everywhere; stage 1: only this rank's shard).
+    // Gradients: sum over ranks (stage 0: everywhere; stages 1, 2: only this rank's shard).
     const int world = comm_.size();
-    Tensor& grads = P.grads();
-    double sq;
-    if (cfg_.distributed.zero_stage == 0) {
-      comm_.all_reduce(grads, ReduceOp::sum);
-      sq = sum_squares(grads, 0, P.padded_numel());
-    } else {
-      Tensor mine = grads.slice_flat(opt_begin_, {shard_});
-      comm_.reduce_scatter(grads, mine, ReduceOp::sum);
-      sq = scalar_sum_over_ranks(comm_, sum_squares(grads, opt_begin_, opt_end_), device_);
-    }
+    const double sq = reducer_->reduce();
     const double norm = std::sqrt(sq) / world;  // norm of the rank-averaged gradient
     const double lr = lr_at(cfg_.optim, step_, cfg_.train.max_steps);
     bool skipped = false;
@@ -166,6 +161,14 @@ class Trainer {
       log_->warn("step {}: non-finite loss or gradients {}; skipping the update", step_ + 1, where);
       skipped = true;
     }
+    // FP8: a saturating cast hides Inf/NaN from the loss, so the amaxes are checked on their own.
+    if (const std::string bad = reduce_fp8_amax(); !bad.empty() && !skipped) {
+      if (!cfg_.train.skip_nonfinite_steps)
+        FP8T_FAIL("step {}: non-finite FP8 amax: {}. Lower optim.lr, or set train.skip_nonfinite_steps: true "
+                  "to skip such steps", step_ + 1, bad);
+      log_->warn("step {}: non-finite FP8 amax: {}; skipping the update", step_ + 1, bad);
+      skipped = true;
+    }
     if (!skipped) {
       double scale = 1.0 / world;
       if (cfg_.optim.grad_clip > 0 && norm > cfg_.optim.grad_clip) scale *= cfg_.optim.grad_clip / norm;
@@ -176,6 +179,8 @@ class Trainer {
       }
       P.sync_compute();
     }
+    // Also after a skipped step: its non-finite amaxes are dropped, not carried into the next one.
+    model_->on_optimizer_step();
     ++step_;
     tokens_ += tokens_per_step_;
     last_lr_ = lr;
@@ -195,7 +200,26 @@ class Trainer {
       if (!std::isfinite(ss)) bad += (bad.empty() ? "" : ", ") + s.name;
       if (bad.size() > 200) break;
     }
-    return bad.empty() ? "(the loss itself)" : "in the gradient of " + bad;
+    const std::string fp8 = model_->fp8_nonfinite_report();
+    return (bad.empty() ? "(the loss itself)" : "in the gradient of " + bad) +
+           (fp8.empty() ? "" : "; non-finite FP8 amax: " + fp8);
+  }
+
+  // All-reduces (max) this step's FP8 amaxes over ranks when precision.fp8.reduce_amax is set, so
+  // every rank computes the same scales; returns the non-finite ones ("" when all are finite).
+  std::string reduce_fp8_amax() {
+    if (!model_->fp8_enabled()) return "";
+    if (cfg_.precision.fp8.reduce_amax && comm_.size() > 1) {
+      std::vector<float*> slots = model_->amax_slots();
+      std::vector<float> v(slots.size());
+      // NaN goes over the wire as +inf: a max reduction may drop NaN but never inf.
+      for (size_t i = 0; i < slots.size(); ++i) v[i] = std::isnan(*slots[i]) ? INFINITY : *slots[i];
+      Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}).to(device_, MemCategory::comm);
+      comm_.all_reduce(t, ReduceOp::max);
+      v = t.to_float_vector();
+      for (size_t i = 0; i < slots.size(); ++i) *slots[i] = v[i];
+    }
+    return model_->fp8_nonfinite_report();
   }
 
   double evaluate() {
@@ -228,6 +252,10 @@ class Trainer {
     if (device_.is_cuda()) j["mfu"] = model_->flops_per_token() * tps / comm_.size() / 989.4e12;
     if (last_skipped_) j["skipped"] = true;
     if (std::isfinite(val)) j["val_loss"] = val;
+    if (cfg_.precision.compute == ComputeMode::fp8) {
+      const int every = cfg_.precision.fp8.monitor_every;
+      j["fp8"] = model_->fp8_stats(every > 0 && step_ % every == 0);
+    }
     metrics_->write(j);
   }
 
@@ -238,8 +266,7 @@ class Trainer {
       write_tensor_file(tmp / "model.bin", P.master());
       write_checkpoint_state(tmp, {step_, comm_.size(), cfg_.distributed.zero_stage, tokens_, cfg_.to_yaml()});
     }
-    write_tensor_file(tmp / fmt::format("optim_rank{}.bin", comm_.rank()), optim_->m());
-    write_tensor_file(tmp / fmt::format("optim_v_rank{}.bin", comm_.rank()), optim_->v());
+    save_optimizer_state(tmp, comm_, cfg_.distributed.zero_stage, *optim_);
     comm_.barrier();
     if (comm_.rank() == 0) {
       const fs::path dst = finalize_checkpoint(run_dir_, step_);
@@ -260,9 +287,7 @@ class Trainer {
     ParameterStore& P = model_->params();
     read_tensor_file(*dir / "model.bin", P.master());
     P.sync_compute();
-    const int src_rank = s.zero_stage >= 1 ? comm_.rank() : 0;
-    read_tensor_file(*dir / fmt::format("optim_rank{}.bin", src_rank), optim_->m());
-    read_tensor_file(*dir / fmt::format("optim_v_rank{}.bin", src_rank), optim_->v());
+    load_optimizer_state(*dir, s.world_size, s.zero_stage, *optim_);
     step_ = opt_steps_ = s.step;
     tokens_ = s.tokens;
     // Replay the data order so the resumed run sees the batches the uninterrupted one would.
@@ -277,6 +302,7 @@ class Trainer {
   std::shared_ptr<spdlog::logger> log_;
   std::unique_ptr<GPT> model_;
   std::unique_ptr<AdamW> optim_;
+  std::unique_ptr<GradientReducer> reducer_;
   std::unique_ptr<ShardLoader> train_loader_, val_loader_;
   std::unique_ptr<Batch> batch_;
   std::unique_ptr<MetricsWriter> metrics_;
