@@ -140,7 +140,7 @@ TEST_CASE("config: a full config is read and round-trips through to_yaml", "[con
     CHECK_THAT(yaml, ContainsSubstring(section));
 }
 
-TEST_CASE("config: unknown keys name file, line and key, and suggest the closest", "[config]") {
+TEST_CASE("config: unknown keys name file - line and key - and suggest the closest", "[config]") {
   std::string msg = error_of("run:\n  name: x\ntrain:\n  micro_bach: 4\n");
   require_names(msg, 4, "train.micro_bach");
   CHECK_THAT(msg, ContainsSubstring("did you mean 'train.micro_batch'"));
@@ -164,7 +164,7 @@ TEST_CASE("config: unknown keys name file, line and key, and suggest the closest
   require_names(error_of("train:\n  max_steps: 1\n  max_steps: 2\n"), 3, "train.max_steps");
 }
 
-TEST_CASE("config: wrong types name file, line and key", "[config]") {
+TEST_CASE("config: wrong types name file - line and key", "[config]") {
   std::string msg = error_of("run: {name: x}\ntrain:\n  micro_batch: abc\n");
   require_names(msg, 3, "train.micro_batch");
   CHECK_THAT(msg, ContainsSubstring("train.micro_batch: expected an integer, got 'abc'"));
@@ -187,7 +187,7 @@ TEST_CASE("config: wrong types name file, line and key", "[config]") {
   require_names(error_of("precision:\n  fp8:\n    format: e5m2\n"), 3, "precision.fp8.format");
 }
 
-TEST_CASE("config: out-of-range values name file, line and key", "[config]") {
+TEST_CASE("config: out-of-range values name file - line and key", "[config]") {
   struct Case {
     const char* text;
     int line;

@@ -23,7 +23,7 @@ TEST_CASE("every FP8 code decodes and re-encodes to itself", "[core][fp8]") {
   }
 }
 
-TEST_CASE("FP8 known values, rounding and saturation", "[core][fp8]") {
+TEST_CASE("FP8 known values - rounding and saturation", "[core][fp8]") {
   CHECK(fp8_to_float(0x7E, Fp8Format::e4m3) == 448.0f);
   CHECK(fp8_to_float(0x7B, Fp8Format::e5m2) == 57344.0f);
   CHECK(fp8_to_float(0x01, Fp8Format::e4m3) == std::ldexp(1.0f, -9));   // smallest subnormal

@@ -156,7 +156,7 @@ TEST_CASE("data: loader ranks read disjoint windows that together cover the stre
   CHECK(rank0.epoch() == 0);
 }
 
-TEST_CASE("data: shuffled loader is deterministic, per-rank disjoint, and covers each epoch",
+TEST_CASE("data: shuffled loader is deterministic - per-rank disjoint - and covers each epoch",
           "[data]") {
   TempDir dir;
   constexpr int B = 1, T = 3, W = 2, BT = B * T;
@@ -180,7 +180,7 @@ TEST_CASE("data: shuffled loader is deterministic, per-rank disjoint, and covers
   CHECK(std::set<int32_t>(seen.begin(), seen.end()).size() == seen.size());
 }
 
-TEST_CASE("data: loader rejects a shard too small for one step, naming it", "[data]") {
+TEST_CASE("data: loader rejects a shard too small for one step - naming it", "[data]") {
   TempDir dir;
   write_shard(dir.file("tiny_000000.bin"), iota_tokens(16));  // needs 2*2*4+1 = 17
   REQUIRE_THROWS_WITH(ShardLoader(dir.file("tiny_*.bin"), 2, 4, 0, 2, 0),

@@ -8,7 +8,7 @@
 using namespace fp8t;
 using namespace fp8t::test;
 
-TEST_CASE("fill, scale, add and cast on the GPU", "[gpu][elementwise]") {
+TEST_CASE("fill - scale - add and cast on the GPU", "[gpu][elementwise]") {
   for (int64_t n : {1, 7, 1000, 100003}) {
     for (DType dt : {DType::f32, DType::bf16}) {
       Tensor t = poisoned({n}, dt);

@@ -15,7 +15,7 @@ struct Shape3 { int64_t M, K, N; };
 const Shape3 kShapes[] = {{1, 16, 8}, {77, 64, 96}, {128, 768, 2304}, {1000, 200, 50}, {4096, 768, 3072}};
 }  // namespace
 
-TEST_CASE("matmul forward, bf16 and f32 outputs, with and without bias", "[gpu][matmul]") {
+TEST_CASE("matmul forward - bf16 and f32 outputs - with and without bias", "[gpu][matmul]") {
   for (auto [M, K, N] : kShapes) {
     const auto x = round_bf16(randn(M * K)), w = round_bf16(randn(N * K, 0.05f)), b = round_bf16(randn(N));
     Tensor tx = upload(x, {M, K}, DType::bf16), tw = upload(w, {N, K}, DType::bf16);
@@ -48,7 +48,7 @@ TEST_CASE("matmul GELU + bias epilogue", "[gpu][matmul]") {
   CHECK(rel_err(download(aux), pre) < 1e-2);
 }
 
-TEST_CASE("matmul backward accumulates dinp, dweight, dbias", "[gpu][matmul]") {
+TEST_CASE("matmul backward accumulates dinp - dweight - dbias", "[gpu][matmul]") {
   for (auto [M, K, N] : kShapes) {
     const auto x = round_bf16(randn(M * K)), w = round_bf16(randn(N * K, 0.05f)), dy = round_bf16(randn(M * N));
     std::vector<float> gx(M * K, 0.0f), gw(N * K, 0.0f), gb(N, 0.0f);

@@ -11,7 +11,7 @@
 using namespace fp8t;
 using namespace fp8t::test;
 
-TEST_CASE("adamw matches a CPU loop, with decay mask and bf16 copy", "[gpu][adamw]") {
+TEST_CASE("adamw matches a CPU loop - with decay mask and bf16 copy", "[gpu][adamw]") {
   for (int64_t n : {1, 1000, 1 << 20}) {
     auto p = randn(n), g = randn(n), m = randn(n, 0.1f), v = randn(n, 0.1f);
     for (auto& x : v) x = x * x;  // second moments are non-negative

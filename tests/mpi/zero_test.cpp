@@ -63,7 +63,7 @@ fs::path shared_root(const char* what) {
 
 }  // namespace
 
-TEST_CASE("mpi: collectives on random data, including aliased buffers", "[mpi]") {
+TEST_CASE("mpi: collectives on random data - including aliased buffers", "[mpi]") {
   auto comm = test_comm();
   const int R = comm->size(), me = comm->rank();
   REQUIRE(R >= 2);
@@ -223,7 +223,7 @@ TEST_CASE("mpi: ZeRO-2 reduces buckets during backward and matches a reduce-scat
   CHECK(std::abs(sq - total.to_float_vector()[0]) <= 1e-5 * sq);
 }
 
-TEST_CASE("mpi: 20 steps at ZeRO stages 0, 1 and 2 end at the same weights", "[mpi][zero][train]") {
+TEST_CASE("mpi: 20 steps at ZeRO stages 0 - 1 and 2 end at the same weights", "[mpi][zero][train]") {
   auto comm = test_comm();
   const int R = comm->size(), me = comm->rank();
   const fs::path root = shared_root("zero");

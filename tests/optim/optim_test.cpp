@@ -26,7 +26,7 @@ TEST_CASE("optim: warmup then cosine / linear decay to min_lr_ratio", "[optim]")
   CHECK(lr_at(c, 80, 110) == Approx(1.0));
 }
 
-TEST_CASE("optim: AdamW step matches the closed form, no decay on biases/norms", "[optim]") {
+TEST_CASE("optim: AdamW step matches the closed form - no decay on biases/norms", "[optim]") {
   std::vector<ParamSpec> specs = {{"w", {2, 2}, true}, {"b", {3}, false}};
   ParameterStore P(specs, Device::cpu(), DType::f32, 4);  // 7 -> padded 8
   REQUIRE(P.padded_numel() == 8);
