@@ -1,7 +1,9 @@
 // GPT-2 model: parameter layout, initialisation and forward.
 #include "nn/gpt.h"
 
+#include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "ops/ops.h"
 
@@ -32,11 +34,142 @@ std::vector<ParamSpec> gpt2_param_specs(const ModelConfig& cfg) {
   return s;
 }
 
-GPT::GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad_multiple) : cfg_(cfg) {
+namespace {
+// In LinearKind order: fp8_block_[layer] is indexed by the kind.
+constexpr std::array<LinearKind, 4> kBlockKinds{LinearKind::qkv, LinearKind::proj, LinearKind::fc, LinearKind::fc2};
+constexpr std::array<const char*, 4> kBlockLinearNames{"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+
+const char* kind_name(LinearKind k) {
+  switch (k) {
+    case LinearKind::qkv: return "qkv";
+    case LinearKind::proj: return "proj";
+    case LinearKind::fc: return "fc";
+    case LinearKind::fc2: return "fc2";
+    case LinearKind::lm_head: return "lm_head";
+  }
+  return "?";
+}
+
+// The parameter holding an FP8 linear's weight: "<layer>.weight", or the tied wte for the head.
+std::string fp8_weight_param(const std::string& layer) { return layer == "lm_head" ? "wte" : layer + ".weight"; }
+}  // namespace
+
+GPT::GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad_multiple,
+         const PrecisionConfig& precision)
+    : cfg_(cfg), precision_(precision) {
   FP8T_CHECK(cfg.arch == "gpt2", "model.arch '{}' is not supported: use gpt2", cfg.arch);
   FP8T_CHECK(cfg.d_model % cfg.n_head == 0, "model.d_model {} must divide by model.n_head {}", cfg.d_model,
              cfg.n_head);
   params_ = std::make_unique<ParameterStore>(gpt2_param_specs(cfg), device, compute_dtype, pad_multiple);
+  fp8_block_.assign(static_cast<size_t>(cfg.n_layer), {});
+  if (precision.compute != ComputeMode::fp8) return;
+  const Fp8Config& f = precision.fp8;
+  auto listed = [&](LinearKind k) {
+    return std::find(f.layers.begin(), f.layers.end(), kind_name(k)) != f.layers.end();
+  };
+  for (int l = f.bf16_first_blocks; l < cfg.n_layer - f.bf16_last_blocks; ++l)
+    for (size_t k = 0; k < kBlockKinds.size(); ++k) {
+      if (!listed(kBlockKinds[k])) continue;
+      fp8_.push_back(std::make_unique<Fp8LinearState>(fmt::format("h.{}.{}", l, kBlockLinearNames[k]), f));
+      fp8_block_[static_cast<size_t>(l)][k] = fp8_.back().get();
+    }
+  if (listed(LinearKind::lm_head)) {
+    fp8_.push_back(std::make_unique<Fp8LinearState>("lm_head", f));
+    fp8_head_ = fp8_.back().get();
+  }
+}
+
+Var GPT::dense(LinearKind kind, int layer, const Var& x, const Var& w, const Var& b) {
+  Fp8LinearState* st = kind == LinearKind::lm_head
+                           ? fp8_head_
+                           : fp8_block_[static_cast<size_t>(layer)][static_cast<size_t>(kind)];
+  return st ? fp8_linear(x, w, b, *st) : linear(x, w, b);
+}
+
+std::vector<std::string> GPT::fp8_layers() const {
+  std::vector<std::string> names;
+  for (const auto& st : fp8_) names.push_back(st->name);
+  return names;
+}
+
+Fp8LinearState* GPT::fp8_state(const std::string& name) {
+  for (const auto& st : fp8_)
+    if (st->name == name) return st.get();
+  return nullptr;
+}
+
+void GPT::on_optimizer_step() {
+  for (const auto& st : fp8_) st->on_optimizer_step();
+}
+
+std::vector<float*> GPT::amax_slots() {
+  std::vector<float*> slots;
+  for (const auto& st : fp8_)
+    for (Fp8TensorMeta* m : {&st->input, &st->weight, &st->grad_output}) slots.push_back(&m->amax_this_step);
+  return slots;
+}
+
+std::string GPT::fp8_nonfinite_report() const {
+  std::string bad;
+  for (const auto& st : fp8_) {
+    const std::pair<const char*, const Fp8TensorMeta*> metas[] = {
+        {"input", &st->input}, {"weight", &st->weight}, {"grad_output", &st->grad_output}};
+    for (const auto& [what, m] : metas)
+      if (m->recorded_this_step && !std::isfinite(m->amax_this_step))
+        bad += fmt::format("{}{} {} amax is {}", bad.empty() ? "" : ", ", st->name, what, m->amax_this_step);
+  }
+  return bad;
+}
+
+nlohmann::json GPT::fp8_stats(bool with_weight_error) const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& st : fp8_) {
+    nlohmann::json layer;
+    const std::pair<const char*, const Fp8TensorMeta*> metas[] = {
+        {"input", &st->input}, {"weight", &st->weight}, {"grad_output", &st->grad_output}};
+    for (const auto& [what, m] : metas) {
+      // JSON has no inf/NaN: a non-finite amax is written as a string.
+      nlohmann::json amax = std::isfinite(m->last_amax) ? nlohmann::json(m->last_amax)
+                                                        : nlohmann::json(fmt::format("{}", m->last_amax));
+      layer[what] = {{"amax", amax}, {"scale", m->scale}, {"saturated", m->last_saturated}};
+    }
+    if (with_weight_error)
+      layer["weight_rel_error"] = st->weight_error(params_->var(fp8_weight_param(st->name))->value);
+    j[st->name] = std::move(layer);
+  }
+  return j;
+}
+
+nlohmann::json GPT::fp8_state() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& st : fp8_) {
+    const std::pair<const char*, const Fp8TensorMeta*> metas[] = {
+        {"input", &st->input}, {"weight", &st->weight}, {"grad_output", &st->grad_output}};
+    for (const auto& [what, m] : metas)  // scale_inv is 1/scale: not stored
+      j[st->name][what] = {{"scale", m->scale}, {"amax_history", m->amax_history}, {"pos", m->pos}};
+  }
+  return j;
+}
+
+void GPT::load_fp8_state(const nlohmann::json& state) {
+  FP8T_CHECK(state.size() == fp8_.size(), "FP8 state has {} layers but this model has {} FP8 linears",
+             state.size(), fp8_.size());
+  for (const auto& st : fp8_) {
+    FP8T_CHECK(state.contains(st->name), "FP8 state has no entry for layer {}", st->name);
+    const std::pair<const char*, Fp8TensorMeta*> metas[] = {
+        {"input", &st->input}, {"weight", &st->weight}, {"grad_output", &st->grad_output}};
+    for (const auto& [what, m] : metas) {
+      const nlohmann::json& s = state[st->name][what];
+      const auto hist = s["amax_history"].get<std::vector<float>>();
+      FP8T_CHECK(hist.size() == m->amax_history.size(),
+                 "FP8 state of {} has an amax history of {} entries, the config asks for {}", st->name,
+                 hist.size(), m->amax_history.size());
+      m->amax_history = hist;
+      m->pos = s["pos"].get<int>();
+      m->scale = s["scale"].get<float>();
+      m->scale_inv = 1.0f / m->scale;
+    }
+  }
 }
 
 void GPT::init(uint64_t seed) {
@@ -68,14 +201,14 @@ Var GPT::block(int l, const Var& x) {
   const ParameterStore& P = *params_;
   const std::string p = "h." + std::to_string(l) + ".";
   Var h = layernorm(x, P.var(p + "ln_1.weight"), P.var(p + "ln_1.bias"));
-  h = linear(h, P.var(p + "attn.c_attn.weight"), P.var(p + "attn.c_attn.bias"));
+  h = dense(LinearKind::qkv, l, h, P.var(p + "attn.c_attn.weight"), P.var(p + "attn.c_attn.bias"));
   h = attention(h, cfg_.n_head);
-  h = linear(h, P.var(p + "attn.c_proj.weight"), P.var(p + "attn.c_proj.bias"));
+  h = dense(LinearKind::proj, l, h, P.var(p + "attn.c_proj.weight"), P.var(p + "attn.c_proj.bias"));
   Var x1 = add(x, h);
   h = layernorm(x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
-  h = linear(h, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"));
+  h = dense(LinearKind::fc, l, h, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"));
   h = gelu(h);
-  h = linear(h, P.var(p + "mlp.c_proj.weight"), P.var(p + "mlp.c_proj.bias"));
+  h = dense(LinearKind::fc2, l, h, P.var(p + "mlp.c_proj.weight"), P.var(p + "mlp.c_proj.bias"));
   return add(x1, h);
 }
 
@@ -96,7 +229,7 @@ Var GPT::hidden(const Tensor& tokens, bool recompute) {
 }
 
 Var GPT::logits(const Tensor& tokens, bool recompute) {
-  return linear(hidden(tokens, recompute), params_->var("wte"), nullptr);
+  return dense(LinearKind::lm_head, -1, hidden(tokens, recompute), params_->var("wte"), nullptr);
 }
 
 Var GPT::loss(const Tensor& tokens, const Tensor& targets, bool recompute) {

@@ -1,11 +1,14 @@
 // GPT-2: token + position embedding, n_layer pre-LN blocks (attention, MLP), final LayerNorm and
 // an lm_head tied to the token embedding. Parameters live in one ParameterStore.
 #pragma once
+#include <array>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <random>
 
 #include "config/config.h"
 #include "nn/params.h"
+#include "ops/fp8_linear.h"
 
 namespace fp8t {
 
@@ -14,7 +17,10 @@ enum class LinearKind { qkv, proj, fc, fc2, lm_head };
 
 class GPT {
  public:
-  GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad_multiple = 1);
+  // precision.compute fp8 runs the linears selected by precision.fp8 (kinds, first/last blocks in
+  // high precision) through fp8_linear, each with its own scaling state.
+  GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad_multiple = 1,
+      const PrecisionConfig& precision = {});
 
   // GPT-2 init: weights N(0, 0.02), residual projections (proj, fc2) N(0, 0.02/sqrt(2 n_layer)),
   // biases 0, LayerNorm weight 1; padded vocabulary rows 0. Deterministic in `seed`.
@@ -33,12 +39,38 @@ class GPT {
   // Model FLOPs per token for training: 6N + 12 L C T, as the PyTorch peer counts them.
   double flops_per_token() const;
 
+  // ---- FP8 (all no-ops without FP8 linears)
+  bool fp8_enabled() const { return !fp8_.empty(); }
+  // Names of the FP8 linears, e.g. "h.0.attn.c_attn", "lm_head", in forward order.
+  std::vector<std::string> fp8_layers() const;
+  Fp8LinearState* fp8_state(const std::string& name);  // null if that linear is not FP8
+  // After each optimizer step: new FP8 weight versions, amax histories roll, scales update.
+  void on_optimizer_step();
+  // This step's amax of every FP8 tensor (input, weight, grad_output per layer), for an all-reduce
+  // (max) over data-parallel ranks before on_optimizer_step().
+  std::vector<float*> amax_slots();
+  // "h.3.mlp.c_fc input amax is inf, ..." for this step's non-finite amaxes; empty when all finite.
+  std::string fp8_nonfinite_report() const;
+  // {layer: {input|weight|grad_output: {amax, scale, saturated}, weight_rel_error?}} (last step).
+  nlohmann::json fp8_stats(bool with_weight_error) const;
+  // Scales and amax histories of every FP8 tensor, for checkpoints (a resumed run then casts with
+  // the scales the uninterrupted run would have used). Loading checks the layer names match.
+  nlohmann::json fp8_state() const;
+  void load_fp8_state(const nlohmann::json& state);
+
  private:
   Var block(int layer, const Var& x);
+  // linear() or fp8_linear() for the linear `kind` of block `layer` (-1 for the head).
+  Var dense(LinearKind kind, int layer, const Var& x, const Var& w, const Var& b);
   Var hidden(const Tensor& tokens, bool recompute);  // final LayerNorm output (B, T, C)
 
   ModelConfig cfg_;
   std::unique_ptr<ParameterStore> params_;
+  PrecisionConfig precision_;
+  // FP8 states (stable addresses: tape nodes point at them); per block [qkv, proj, fc, fc2].
+  std::vector<std::unique_ptr<Fp8LinearState>> fp8_;
+  std::vector<std::array<Fp8LinearState*, 4>> fp8_block_;
+  Fp8LinearState* fp8_head_ = nullptr;
 };
 
 std::vector<ParamSpec> gpt2_param_specs(const ModelConfig& cfg);

@@ -267,6 +267,8 @@ class Trainer {
       write_checkpoint_state(tmp, {step_, comm_.size(), cfg_.distributed.zero_stage, tokens_, cfg_.to_yaml()});
     }
     save_optimizer_state(tmp, comm_, cfg_.distributed.zero_stage, *optim_);
+    if (model_->fp8_enabled())  // per rank: without reduce_amax the ranks' scales differ
+      std::ofstream(tmp / fmt::format("fp8_rank{}.json", comm_.rank())) << model_->fp8_state().dump();
     comm_.barrier();
     if (comm_.rank() == 0) {
       const fs::path dst = finalize_checkpoint(run_dir_, step_);
@@ -288,6 +290,12 @@ class Trainer {
     read_tensor_file(*dir / "model.bin", P.master());
     P.sync_compute();
     load_optimizer_state(*dir, s.world_size, s.zero_stage, *optim_);
+    if (model_->fp8_enabled()) {
+      fs::path f = *dir / fmt::format("fp8_rank{}.json", comm_.rank());
+      if (!fs::exists(f)) f = *dir / "fp8_rank0.json";  // resumed on more ranks
+      if (fs::exists(f)) model_->load_fp8_state(nlohmann::json::parse(std::ifstream(f)));
+      else log_->warn("checkpoint {} has no FP8 scaling state: FP8 scales start fresh", dir->string());
+    }
     step_ = opt_steps_ = s.step;
     tokens_ = s.tokens;
     // Replay the data order so the resumed run sees the batches the uninterrupted one would.

@@ -1,0 +1,182 @@
+// FP8 linear op: argument checks, device dispatch (CPU emulation; CUDA to come), the per-step FP8
+// weight cache and the backward node.
+#include "ops/fp8_linear.h"
+
+#include <cmath>
+#include <memory>
+
+#include "core/check.h"
+#include "ops/cpu/reference.h"
+#include "ops/ops.h"
+
+namespace fp8t {
+
+// ---------------------------------------------------------------- state
+
+Fp8LinearState::Fp8LinearState(std::string n, const Fp8Config& c)
+    : name(std::move(n)), cfg(c), formats(Fp8FormatRecipe::from(c.format)), input(formats.forward, c),
+      weight(formats.forward, c), grad_output(formats.backward, c) {}
+
+const Fp8Tensor& Fp8LinearState::weight_for_step(const Tensor& w) {
+  if (cache_valid && cached_version == weight_version) return weight_fp8;
+  FP8T_CHECK(w.device().is_cpu() && w.dtype() == DType::f32, "fp8_linear ({}): weight must be host f32, got {}",
+             name, w.str());
+  const float scale = weight.scaling == Fp8Scaling::current
+                          ? weight.scale_for_cast(fp8_amax(w.data<float>(), w.numel()))
+                          : weight.scale;
+  Fp8CastStats stats;
+  weight_fp8 = fp8_quantize(w, scale, formats.forward, MemCategory::fp8_cache, &stats);
+  // The cached copy serves this whole step (evaluation included), so its amax belongs to the step
+  // whatever the grad mode of the forward that happened to cast it.
+  weight.record(stats.amax, stats.saturated);
+  cached_version = weight_version;
+  cache_valid = true;
+  ++weight_casts;
+  return weight_fp8;
+}
+
+void Fp8LinearState::on_optimizer_step() {
+  ++weight_version;
+  input.end_step();
+  weight.end_step();
+  grad_output.end_step();
+}
+
+double Fp8LinearState::weight_error(const Tensor& w) const {
+  const std::vector<float> v = w.to_float_vector();
+  Fp8TensorMeta m = weight;  // a copy: scale_for_cast may change it under current scaling
+  const float scale = m.scaling == Fp8Scaling::current
+                          ? m.scale_for_cast(fp8_amax(v.data(), static_cast<int64_t>(v.size())))
+                          : m.scale;
+  const float scale_inv = 1.0f / scale;
+  double err = 0.0, ref = 0.0;
+  for (float a : v) {
+    const double d = double(fp8_to_float(float_to_fp8(a * scale, m.format), m.format) * scale_inv) - a;
+    err += d * d;
+    ref += double(a) * a;
+  }
+  return ref > 0 ? std::sqrt(err / ref) : 0.0;
+}
+
+// ---------------------------------------------------------------- op
+
+namespace {
+
+// dst (n) += tmp (n) * s: the GEMM result scaled by both operands' scale_inv, accumulated as a GEMM
+// with beta = 1 would.
+void add_scaled(Tensor& dst, const Tensor& tmp, float s) {
+  float* d = dst.data<float>();
+  const float* t = tmp.data<float>();
+  const int64_t n = dst.numel();
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) d[i] += t[i] * s;
+}
+
+float cast_scale(Fp8TensorMeta& meta, const Tensor& t) {
+  return meta.scaling == Fp8Scaling::current ? meta.scale_for_cast(fp8_amax(t.data<float>(), t.numel()))
+                                             : meta.scale;
+}
+
+Tensor& host_f32_grad(const Var& v, const char* what, const std::string& layer) {
+  Tensor& g = grad_of(v);
+  FP8T_CHECK(g.device().is_cpu() && g.dtype() == DType::f32 && g.numel() == v->value.numel(),
+             "fp8_linear ({}): gradient of {} must be host f32 like its value, got {}", layer, what, g.str());
+  return g;
+}
+
+Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st) {
+  const Tensor& xv = x->value;
+  const int64_t IC = w->value.dim(1), OC = w->value.dim(0), M = xv.numel() / IC;
+  const Tensor x2 = xv.view({M, IC});
+
+  // (OC, IC) FP8 weight of this step, and (M, IC) FP8 input.
+  const Fp8Tensor wq = st.weight_for_step(w->value);
+  const bool store_fp8 = st.cfg.activation_storage == ActivationStorage::fp8;
+  Fp8CastStats xstats;
+  const float x_scale = cast_scale(st.input, x2);
+  const Fp8Tensor xq = fp8_quantize(x2, x_scale, st.formats.forward,
+                                    store_fp8 ? MemCategory::activations : MemCategory::workspace, &xstats);
+  if (grad_enabled()) st.input.record(xstats.amax, xstats.saturated);
+
+  // (M, OC) = (q(x) @ q(w)^T) * (sx_inv * sw_inv) + b
+  Shape oshape = xv.shape();
+  oshape.back() = OC;
+  Tensor out = Tensor::empty(oshape, DType::f32, Device::cpu(), MemCategory::activations);
+  {
+    const Tensor xd = fp8_decode(xq), wd = fp8_decode(wq);
+    cpu::matmul_forward<float>(out.data<float>(), xd.data<float>(), wd.data<float>(), nullptr, M, IC, OC);
+  }
+  const float s = xq.scale_inv * wq.scale_inv;
+  float* o = out.data<float>();
+  const float* bias = b ? b->value.data<float>() : nullptr;
+#pragma omp parallel for schedule(static) if (M * OC > (1 << 16))
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < OC; ++n) o[m * OC + n] = o[m * OC + n] * s + (bias ? bias[n] : 0.0f);
+
+  Var y = make_var(std::move(out));
+  if (!needs_grad(x, w, b)) return y;
+  y->requires_grad = true;
+  // fp8 storage keeps x's codes and only a weak handle on x (for its gradient): the node must not
+  // keep x's f32 value alive. bf16 storage keeps x itself.
+  const bool x_needs_grad = x->requires_grad;
+  std::weak_ptr<VarImpl> x_weak = x;
+  Var x_kept = store_fp8 ? Var() : x;
+  Fp8Tensor x_saved = store_fp8 ? xq : Fp8Tensor{Tensor(), xq.scale_inv};
+  current_tape()->record("fp8_linear", [&st, x_weak, x_kept, x_saved, x_scale, x_needs_grad, w, b, y, wq, M, IC,
+                                        OC] {
+    const Tensor dy = host_f32_grad(y, "the output", st.name).view({M, OC});
+    Fp8CastStats dstats;
+    const Fp8Tensor dyq = fp8_quantize(dy, cast_scale(st.grad_output, dy), st.formats.backward,
+                                       MemCategory::workspace, &dstats);
+    st.grad_output.record(dstats.amax, dstats.saturated);
+    const Tensor dyd = fp8_decode(dyq);  // (M, OC)
+    if (x_needs_grad) {
+      if (Var xs = x_weak.lock()) {  // expired: nothing can read x's gradient any more
+        // dx (M, IC) += (q(dy) @ q(w)) * (sdy_inv * sw_inv)
+        const Tensor wd = fp8_decode(wq);
+        Tensor tmp = Tensor::zeros({M, IC}, DType::f32, Device::cpu(), MemCategory::workspace);
+        cpu::matmul_backward<float>(tmp.data<float>(), nullptr, nullptr, dyd.data<float>(), nullptr,
+                                    wd.data<float>(), M, IC, OC);
+        add_scaled(host_f32_grad(xs, "the input", st.name), tmp, dyq.scale_inv * wq.scale_inv);
+      }
+    }
+    if (w->requires_grad) {
+      // dw (OC, IC) += (q(dy)^T @ q(x)) * (sdy_inv * sx_inv); bf16 storage re-quantizes x with the
+      // forward's scale, which reproduces the forward's codes.
+      const Fp8Tensor xq2 = x_saved.codes.defined()
+                                ? x_saved
+                                : fp8_quantize(x_kept->value.view({M, IC}), x_scale, st.formats.forward,
+                                               MemCategory::workspace);
+      const Tensor xd = fp8_decode(xq2);
+      Tensor tmp = Tensor::zeros({OC, IC}, DType::f32, Device::cpu(), MemCategory::workspace);
+      cpu::matmul_backward<float>(nullptr, tmp.data<float>(), nullptr, dyd.data<float>(), xd.data<float>(),
+                                  nullptr, M, IC, OC);
+      add_scaled(host_f32_grad(w, "the weight", st.name), tmp, dyq.scale_inv * xq2.scale_inv);
+    }
+    if (b && b->requires_grad) {
+      // Bias gradient from the unquantized dy, as Transformer Engine does.
+      cpu::matmul_backward<float>(nullptr, nullptr, host_f32_grad(b, "the bias", st.name).data<float>(),
+                                  dy.data<float>(), nullptr, nullptr, M, IC, OC);
+    }
+  });
+  return y;
+}
+
+}  // namespace
+
+Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st) {
+  const Tensor& xv = x->value;
+  const Tensor& wv = w->value;
+  FP8T_CHECK(xv.ndim() >= 1 && wv.ndim() == 2 && xv.dim(-1) == wv.dim(1),
+             "fp8_linear ({}): x (..., IC) = {} does not match w (OC, IC) = {}", st.name, xv.str(), wv.str());
+  FP8T_CHECK(!b || b->value.numel() == wv.dim(0), "fp8_linear ({}): bias {} must have OC = {} elements", st.name,
+             b ? b->value.str() : "", wv.dim(0));
+  FP8T_CHECK(xv.device() == wv.device() && (!b || b->value.device() == xv.device()),
+             "fp8_linear ({}): x {} and w {} are on different devices", st.name, xv.str(), wv.str());
+  if (xv.device().is_cuda()) FP8T_FAIL("fp8_linear ({}): FP8 on CUDA not yet implemented", st.name);
+  FP8T_CHECK(xv.dtype() == DType::f32 && wv.dtype() == DType::f32 && (!b || b->value.dtype() == DType::f32),
+             "fp8_linear ({}): the CPU emulation takes f32 x, w and b, got {} and {}", st.name, xv.str(), wv.str());
+  return fp8_linear_cpu(x, w, b, st);
+}
+
+}  // namespace fp8t

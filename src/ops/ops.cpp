@@ -1,0 +1,359 @@
+// The differentiable ops: argument checks, output allocation, dispatch to the CPU reference
+// (f32/f64) or cuda_ops, and one tape node per op whose closure holds only what backward reads.
+#include "ops/ops.h"
+
+#include <vector>
+
+#include "ops/cpu/reference.h"
+#include "ops/dispatch.h"
+
+namespace fp8t {
+
+using ops_detail::on_cpu;
+
+namespace {
+
+Var make_output(Tensor value) { return make_var(std::move(value)); }
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  FP8T_CHECK(a.device() == b.device(), "{}: {} and {} are on different devices; move them to one device", op,
+             a.str(), b.str());
+}
+
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  FP8T_CHECK(a.dtype() == b.dtype(), "{}: {} and {} have different dtypes; cast them to one dtype", op, a.str(),
+             b.str());
+}
+
+// The gradient of v as F* for the CPU reference, or null when v needs none.
+template <typename F>
+F* grad_ptr(const Var& v, const char* op) {
+  if (!v || !v->requires_grad) return nullptr;
+  Tensor& g = grad_of(v);
+  FP8T_CHECK(g.device().is_cpu() && g.dtype() == v->value.dtype() && g.numel() == v->value.numel(),
+             "{}: gradient {} does not match its value {} (CPU ops need same-dtype gradients)", op, g.str(),
+             v->value.str());
+  return g.data<F>();
+}
+
+#ifdef FP8T_HAVE_CUDA
+// cuda_ops take gradients by reference; an input that needs none gets a throwaway buffer.
+Tensor grad_or_scratch(const Var& v, DType scratch_dtype) {
+  if (v->requires_grad) return grad_of(v);
+  return zeros_like(v->value, scratch_dtype);
+}
+#endif
+
+template <typename F>
+const F* cptr(const Tensor& t) {
+  return t.data<F>();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- embedding
+
+Var embedding(const Tensor& tokens, const Var& wte, const Var& wpe) {
+  FP8T_CHECK(tokens.dtype() == DType::i32 && tokens.ndim() == 2, "embedding: tokens must be i32 (B, T), got {}",
+             tokens.str());
+  FP8T_CHECK(wte->value.ndim() == 2 && wpe->value.ndim() == 2 && wte->value.dim(1) == wpe->value.dim(1),
+             "embedding: wte (Vp, C) and wpe (maxT, C) must share C, got {} and {}", wte->value.str(),
+             wpe->value.str());
+  check_same_dtype("embedding", wte->value, wpe->value);
+  check_same_device("embedding", tokens, wte->value);
+  check_same_device("embedding", tokens, wpe->value);
+  const int B = static_cast<int>(tokens.dim(0)), T = static_cast<int>(tokens.dim(1));
+  const int C = static_cast<int>(wte->value.dim(1));
+  FP8T_CHECK(T <= wpe->value.dim(0), "embedding: sequence length {} exceeds the {} positions of wpe", T,
+             wpe->value.dim(0));
+  Tensor out = Tensor::empty({B, T, C}, wte->value.dtype(), tokens.device(), MemCategory::activations);
+  if (tokens.device().is_cuda()) {
+    FP8T_ON_CUDA("embedding", cuda_ops::embedding_forward(out, tokens, wte->value, wpe->value));
+  } else {
+    const int64_t Vp = wte->value.dim(0);
+    const int32_t* tok = tokens.data<int32_t>();
+    for (int64_t i = 0; i < tokens.numel(); ++i)
+      FP8T_CHECK(tok[i] >= 0 && tok[i] < Vp, "embedding: token {} at position {} is outside [0, {})", tok[i], i,
+                 Vp);
+    on_cpu(out.dtype(), "embedding", [&]<typename F>() {
+      cpu::embedding_forward<F>(out.data<F>(), tok, cptr<F>(wte->value), cptr<F>(wpe->value), B, T, C);
+    });
+  }
+  Var y = make_output(std::move(out));
+  if (needs_grad(wte, wpe)) {
+    y->requires_grad = true;
+    current_tape()->record("embedding", [tokens, wte, wpe, y, B, T, C] {
+      const Tensor& dout = grad_of(y);
+      if (dout.device().is_cuda()) {
+        FP8T_ON_CUDA("embedding backward", {
+          Tensor dwte = grad_or_scratch(wte, DType::f32), dwpe = grad_or_scratch(wpe, DType::f32);
+          cuda_ops::embedding_backward(dwte, dwpe, dout, tokens);
+        });
+        return;
+      }
+      on_cpu(dout.dtype(), "embedding backward", [&]<typename F>() {
+        cpu::embedding_backward<F>(grad_ptr<F>(wte, "embedding"), grad_ptr<F>(wpe, "embedding"), cptr<F>(dout),
+                                   tokens.data<int32_t>(), B, T, C);
+      });
+    });
+  }
+  return y;
+}
+
+// ---------------------------------------------------------------- linear
+
+Var linear(const Var& x, const Var& w, const Var& b) {
+  const Tensor& xv = x->value;
+  const Tensor& wv = w->value;
+  FP8T_CHECK(xv.ndim() >= 1 && wv.ndim() == 2 && xv.dim(-1) == wv.dim(1),
+             "linear: x (..., IC) = {} does not match w (OC, IC) = {}", xv.str(), wv.str());
+  const int64_t IC = wv.dim(1), OC = wv.dim(0), M = xv.numel() / IC;
+  check_same_dtype("linear", xv, wv);
+  check_same_device("linear", xv, wv);
+  if (b) {
+    FP8T_CHECK(b->value.numel() == OC, "linear: bias {} must have OC = {} elements", b->value.str(), OC);
+    check_same_dtype("linear", xv, b->value);
+    check_same_device("linear", xv, b->value);
+  }
+  Shape oshape = xv.shape();
+  oshape.back() = OC;
+  Tensor out = Tensor::empty(oshape, xv.dtype(), xv.device(), MemCategory::activations);
+  if (xv.device().is_cuda()) {
+    FP8T_ON_CUDA("linear", {
+      Tensor out2 = out.view({M, OC});
+      cuda_ops::matmul_forward(out2, xv.view({M, IC}), wv, b ? &b->value : nullptr);
+    });
+  } else {
+    on_cpu(xv.dtype(), "linear", [&]<typename F>() {
+      cpu::matmul_forward<F>(out.data<F>(), cptr<F>(xv), cptr<F>(wv), b ? cptr<F>(b->value) : nullptr, M, IC, OC);
+    });
+  }
+  Var y = make_output(std::move(out));
+  if (needs_grad(x, w, b)) {
+    y->requires_grad = true;
+    current_tape()->record("linear", [x, w, b, y, M, IC, OC] {
+      const Tensor& dout = grad_of(y);
+      if (dout.device().is_cuda()) {
+        FP8T_ON_CUDA("linear backward", {
+          Tensor dx = x->requires_grad ? grad_of(x).view({M, IC}) : Tensor();
+          Tensor dw = w->requires_grad ? grad_of(w) : Tensor();
+          Tensor db = b && b->requires_grad ? grad_of(b) : Tensor();
+          cuda_ops::matmul_backward(dx.defined() ? &dx : nullptr, dw.defined() ? &dw : nullptr,
+                                    db.defined() ? &db : nullptr, dout.view({M, OC}), x->value.view({M, IC}),
+                                    w->value);
+        });
+        return;
+      }
+      on_cpu(dout.dtype(), "linear backward", [&]<typename F>() {
+        cpu::matmul_backward<F>(grad_ptr<F>(x, "linear"), grad_ptr<F>(w, "linear"), grad_ptr<F>(b, "linear"),
+                                cptr<F>(dout), cptr<F>(x->value), cptr<F>(w->value), M, IC, OC);
+      });
+    });
+  }
+  return y;
+}
+
+// ---------------------------------------------------------------- layernorm
+
+Var layernorm(const Var& x, const Var& w, const Var& b) {
+  const Tensor& xv = x->value;
+  FP8T_CHECK(xv.ndim() >= 1, "layernorm: x must have at least one dimension, got {}", xv.str());
+  const int64_t C = xv.dim(-1), N = xv.numel() / C;
+  FP8T_CHECK(w->value.numel() == C && b->value.numel() == C, "layernorm: w {} and b {} must have C = {} elements",
+             w->value.str(), b->value.str(), C);
+  check_same_dtype("layernorm", xv, w->value);
+  check_same_dtype("layernorm", xv, b->value);
+  check_same_device("layernorm", xv, w->value);
+  check_same_device("layernorm", xv, b->value);
+  const bool on_gpu = xv.device().is_cuda();
+  const DType stat_dtype = on_gpu ? DType::f32 : xv.dtype();  // (N) mean and rstd
+  Tensor out = Tensor::empty(xv.shape(), xv.dtype(), xv.device(), MemCategory::activations);
+  Tensor mean = Tensor::empty({N}, stat_dtype, xv.device(), MemCategory::activations);
+  Tensor rstd = Tensor::empty({N}, stat_dtype, xv.device(), MemCategory::activations);
+  if (on_gpu) {
+    FP8T_ON_CUDA("layernorm", cuda_ops::layernorm_forward(out, mean, rstd, xv, w->value, b->value));
+  } else {
+    on_cpu(xv.dtype(), "layernorm", [&]<typename F>() {
+      cpu::layernorm_forward<F>(out.data<F>(), mean.data<F>(), rstd.data<F>(), cptr<F>(xv), cptr<F>(w->value),
+                                cptr<F>(b->value), N, C);
+    });
+  }
+  Var y = make_output(std::move(out));
+  if (needs_grad(x, w, b)) {
+    y->requires_grad = true;
+    current_tape()->record("layernorm", [x, w, b, y, mean, rstd, N, C] {
+      const Tensor& dout = grad_of(y);
+      if (dout.device().is_cuda()) {
+        FP8T_ON_CUDA("layernorm backward", {
+          Tensor dx = grad_or_scratch(x, x->value.dtype());
+          Tensor dw = grad_or_scratch(w, DType::f32), db = grad_or_scratch(b, DType::f32);
+          cuda_ops::layernorm_backward(dx, dw, db, dout, x->value, w->value, mean, rstd);
+        });
+        return;
+      }
+      on_cpu(dout.dtype(), "layernorm backward", [&]<typename F>() {
+        cpu::layernorm_backward<F>(grad_ptr<F>(x, "layernorm"), grad_ptr<F>(w, "layernorm"),
+                                   grad_ptr<F>(b, "layernorm"), cptr<F>(dout), cptr<F>(x->value),
+                                   cptr<F>(w->value), cptr<F>(mean), cptr<F>(rstd), N, C);
+      });
+    });
+  }
+  return y;
+}
+
+// ---------------------------------------------------------------- gelu
+
+Var gelu(const Var& x) {
+  const Tensor& xv = x->value;
+  Tensor out = Tensor::empty(xv.shape(), xv.dtype(), xv.device(), MemCategory::activations);
+  if (xv.device().is_cuda()) {
+    FP8T_ON_CUDA("gelu", cuda_ops::gelu_forward(out, xv));
+  } else {
+    on_cpu(xv.dtype(), "gelu",
+           [&]<typename F>() { cpu::gelu_forward<F>(out.data<F>(), cptr<F>(xv), xv.numel()); });
+  }
+  Var y = make_output(std::move(out));
+  if (needs_grad(x)) {
+    y->requires_grad = true;
+    current_tape()->record("gelu", [x, y] {
+      const Tensor& dout = grad_of(y);
+      if (dout.device().is_cuda()) {
+        FP8T_ON_CUDA("gelu backward", cuda_ops::gelu_backward(grad_of(x), x->value, dout));
+        return;
+      }
+      on_cpu(dout.dtype(), "gelu backward", [&]<typename F>() {
+        cpu::gelu_backward<F>(grad_ptr<F>(x, "gelu"), cptr<F>(x->value), cptr<F>(dout), dout.numel());
+      });
+    });
+  }
+  return y;
+}
+
+// ---------------------------------------------------------------- add
+
+Var add(const Var& a, const Var& b) {
+  FP8T_CHECK(a->value.shape() == b->value.shape(), "add: shapes {} and {} differ", a->value.str(), b->value.str());
+  check_same_dtype("add", a->value, b->value);
+  check_same_device("add", a->value, b->value);
+  Tensor out = Tensor::empty(a->value.shape(), a->value.dtype(), a->value.device(), MemCategory::activations);
+  if (out.device().is_cuda()) {
+    FP8T_ON_CUDA("add", cuda_ops::residual_forward(out, a->value, b->value));
+  } else {
+    on_cpu(out.dtype(), "add", [&]<typename F>() {
+      F* o = out.data<F>();
+      const F* pa = cptr<F>(a->value);
+      const F* pb = cptr<F>(b->value);
+      const int64_t n = out.numel();
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+      for (int64_t i = 0; i < n; ++i) o[i] = pa[i] + pb[i];
+    });
+  }
+  Var y = make_output(std::move(out));
+  if (needs_grad(a, b)) {
+    y->requires_grad = true;
+    current_tape()->record("add", [a, b, y] {
+      const Tensor& dout = grad_of(y);
+      if (a->requires_grad) add_(grad_of(a), dout);
+      if (b->requires_grad) add_(grad_of(b), dout);  // a == b accumulates twice, as it should
+    });
+  }
+  return y;
+}
+
+// ---------------------------------------------------------------- attention
+
+Var attention(const Var& qkv, int n_head) {
+  const Tensor& xv = qkv->value;
+  FP8T_CHECK(xv.ndim() == 3 && xv.dim(2) % 3 == 0, "attention: qkv must be (B, T, 3C), got {}", xv.str());
+  const int B = static_cast<int>(xv.dim(0)), T = static_cast<int>(xv.dim(1)), C = static_cast<int>(xv.dim(2) / 3);
+  FP8T_CHECK(n_head > 0 && C % n_head == 0, "attention: C = {} is not divisible by n_head = {}", C, n_head);
+  const bool on_gpu = xv.device().is_cuda();
+  Tensor out = Tensor::empty({B, T, C}, xv.dtype(), xv.device(), MemCategory::activations);
+  // (B, NH, T) log-sum-exp of each score row: all that backward needs besides qkv and out.
+  Tensor lse = Tensor::empty({B, n_head, T}, on_gpu ? DType::f32 : xv.dtype(), xv.device(), MemCategory::activations);
+  if (on_gpu) {
+    FP8T_ON_CUDA("attention", cuda_ops::attention_forward(out, lse, xv, n_head));
+  } else {
+    on_cpu(xv.dtype(), "attention", [&]<typename F>() {
+      cpu::attention_forward<F>(out.data<F>(), lse.data<F>(), cptr<F>(xv), B, T, C, n_head);
+    });
+  }
+  Var y = make_output(std::move(out));
+  if (needs_grad(qkv)) {
+    y->requires_grad = true;
+    current_tape()->record("attention", [qkv, y, lse, n_head, B, T, C] {
+      const Tensor& dout = grad_of(y);
+      if (dout.device().is_cuda()) {
+        FP8T_ON_CUDA("attention backward",
+                     cuda_ops::attention_backward(grad_of(qkv), dout, qkv->value, y->value, lse, n_head));
+        return;
+      }
+      on_cpu(dout.dtype(), "attention backward", [&]<typename F>() {
+        cpu::attention_backward<F>(grad_ptr<F>(qkv, "attention"), cptr<F>(dout), cptr<F>(qkv->value),
+                                   cptr<F>(y->value), cptr<F>(lse), B, T, C, n_head);
+      });
+    });
+  }
+  return y;
+}
+
+// ---------------------------------------------------------------- cross-entropy
+
+Var cross_entropy(const Var& logits, const Tensor& targets, int64_t vocab_size) {
+  const Tensor& lv = logits->value;
+  FP8T_CHECK(lv.ndim() == 3, "cross_entropy: logits must be (B, T, Vp), got {}", lv.str());
+  FP8T_CHECK(targets.dtype() == DType::i32 && targets.ndim() == 2 && targets.dim(0) == lv.dim(0) &&
+                 targets.dim(1) == lv.dim(1),
+             "cross_entropy: targets must be i32 (B, T) matching logits {}, got {}", lv.str(), targets.str());
+  const int64_t Vp = lv.dim(2), BT = lv.dim(0) * lv.dim(1), V = vocab_size;
+  FP8T_CHECK(V > 0 && V <= Vp, "cross_entropy: vocab_size {} must be in [1, Vp = {}]", V, Vp);
+  check_same_device("cross_entropy", lv, targets);
+  Tensor loss;  // (1) mean over the B*T tokens
+  if (lv.device().is_cuda()) {
+    FP8T_ON_CUDA("cross_entropy", {
+      Tensor losses = Tensor::empty({BT}, DType::f32, lv.device(), MemCategory::activations);
+      cuda_ops::crossentropy_forward(losses, lv, targets, V);
+      // No device reduction op exists yet: the mean is taken on the host (one sync per step).
+      double sum = 0.0;
+      for (float l : losses.to_float_vector()) sum += l;
+      loss = Tensor::from_vector({static_cast<float>(sum / double(BT))}, {1}).to(lv.device());
+    });
+  } else {
+    const int32_t* tgt = targets.data<int32_t>();
+    for (int64_t i = 0; i < BT; ++i)
+      FP8T_CHECK(tgt[i] >= 0 && tgt[i] < V, "cross_entropy: target {} at position {} is outside [0, {})", tgt[i],
+                 i, V);
+    loss = Tensor::empty({1}, lv.dtype(), lv.device(), MemCategory::activations);
+    on_cpu(lv.dtype(), "cross_entropy", [&]<typename F>() {
+      std::vector<F> losses(static_cast<size_t>(BT));
+      cpu::crossentropy_forward<F>(losses.data(), cptr<F>(lv), tgt, BT, V, Vp);
+      double sum = 0.0;
+      for (F l : losses) sum += l;
+      loss.data<F>()[0] = static_cast<F>(sum / double(BT));
+    });
+  }
+  Var y = make_output(std::move(loss));
+  if (needs_grad(logits)) {
+    y->requires_grad = true;
+    current_tape()->record("cross_entropy", [logits, targets, y, BT, V, Vp] {
+      const Tensor& dy = grad_of(y);
+      if (dy.device().is_cuda()) {
+        // Each token's loss gets d(mean)/d(loss_i) = dy / BT. The fused kernel overwrites dlogits,
+        // so the logits must feed nothing but this loss (as the lm_head output does).
+        FP8T_ON_CUDA("cross_entropy backward", {
+          const float dloss = dy.to_float_vector()[0] / static_cast<float>(BT);
+          cuda_ops::crossentropy_backward(grad_of(logits), logits->value, targets, dloss, V);
+        });
+        return;
+      }
+      on_cpu(dy.dtype(), "cross_entropy backward", [&]<typename F>() {
+        std::vector<F> dlosses(static_cast<size_t>(BT), static_cast<F>(double(dy.data<F>()[0]) / double(BT)));
+        cpu::crossentropy_backward<F>(grad_ptr<F>(logits, "cross_entropy"), cptr<F>(logits->value),
+                                      targets.data<int32_t>(), dlosses.data(), BT, V, Vp);
+      });
+    });
+  }
+  return y;
+}
+
+}  // namespace fp8t
