@@ -43,7 +43,7 @@ void replace_atomically(const fs::path& tmp, const fs::path& dst) {
 }  // namespace
 
 fs::path checkpoint_tmp_dir(const fs::path& run_dir, int step) {
-  fs::path dir = run_dir / "checkpoints" / ("." + step_name(step) + ".tmp");
+  fs::path dir = run_dir / "checkpoints" / fmt::format(".{}.tmp", step_name(step));
   fs::create_directories(dir);
   return dir;
 }
@@ -98,7 +98,7 @@ fs::path finalize_checkpoint(const fs::path& run_dir, int step) {
   const fs::path dst = ck / step_name(step);
   std::error_code ec;
   fs::remove_all(dst, ec);  // a re-run of the same step replaces only its own directory
-  replace_atomically(ck / ("." + step_name(step) + ".tmp"), dst);
+  replace_atomically(ck / fmt::format(".{}.tmp", step_name(step)), dst);
   const std::string name = step_name(step);
   write_file_synced(ck / "latest.tmp", name.data(), name.size());
   replace_atomically(ck / "latest.tmp", ck / "latest");

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One GPU-machine session: build, GPU tests, a GPU training smoke run, and side-by-side benchmarks.
+# Usage (on the GPU machine, repo root): scripts/gpu_session.sh [bench...]  e.g. "d12:32:bf16 d48:16:bf16"
+# Logs go to $OUT (or ./gpu-out). Keeps NCCL_NVLS_ENABLE=0.
+set -uo pipefail
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0
+nvidia-smi --query-gpu=name,clocks.sm,memory.used --format=csv | tee "$OUT/gpu.txt"
+t0=$(date +%s)
+cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 \
+  && cmake --build build-gpu -j16 > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log" "$OUT/cmake.log"; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  ctest --test-dir build-gpu -L gpu --output-on-failure > "$OUT/gpu_tests.log" 2>&1
+  grep -E "tests passed|FAILED|Failed|assertions" "$OUT/gpu_tests.log" | tail -15
+fi
+for spec in "$@"; do
+  IFS=: read -r model b prec <<< "$spec"
+  OUTDIR=runs/bench timeout 420 bash scripts/bench/gpt2_vs_torch.sh "$model" "$b" "${STEPS:-30}" "$prec" compile \
+    2>&1 | tee -a "$OUT/bench.txt" | tail -4
+  cp "runs/bench/$model-$prec-b$b.log" "$OUT/" 2>/dev/null
+done
+echo "total: $(( $(date +%s) - t0 )) s"
