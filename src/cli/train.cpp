@@ -1,4 +1,5 @@
 // fp8train train --config F [--set key=value ...] [--resume RUN_DIR]
+#include <cmath>
 #include <memory>
 #include <optional>
 
@@ -25,9 +26,13 @@ void add_train(CLI::App& app) {
     std::optional<std::filesystem::path> resume;
     if (!opts->resume.empty()) resume = opts->resume;
     const TrainResult r = train(cfg, *comm, resume);
-    if (comm->rank() == 0)
+    if (comm->rank() != 0) return;
+    if (std::isfinite(r.first_val_loss))
       fmt::print("fp8train: done: {} steps, first val_loss {:.4f}, last val_loss {:.4f}\n", r.steps,
                  r.first_val_loss, r.last_val_loss);
+    else
+      fmt::print("fp8train: done: {} steps, last train loss {:.4f} (no validation data)\n", r.steps,
+                 r.last_train_loss);
   });
 }
 

@@ -342,7 +342,10 @@ Var cross_entropy(const Var& logits, const Tensor& targets, int64_t vocab_size) 
         // so the logits must feed nothing but this loss (as the lm_head output does).
         FP8T_ON_CUDA("cross_entropy backward", {
           const float dloss = dy.to_float_vector()[0] / static_cast<float>(BT);
-          cuda_ops::crossentropy_backward(grad_of(logits), logits->value, targets, dloss, V);
+          // In place: d(logits) overwrites the logits (nothing else reads them), saving a (B, T, Vp)
+          // buffer and its zero fill.
+          if (!logits->grad.defined()) logits->grad = logits->value;
+          cuda_ops::crossentropy_backward(logits->grad, logits->value, targets, dloss, V);
         });
         return;
       }
