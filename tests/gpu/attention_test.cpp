@@ -53,14 +53,17 @@ void check_attention(int B, int T, int NH, int HS) {
 }  // namespace
 
 TEST_CASE("attention head size 64", "[gpu][attention]") {
-  for (int T : {1, 77, 256, 1024}) check_attention(2, T, 3, 64);
+  for (int T : {1, 77, 256, 333, 1024}) check_attention(2, T, 3, 64);
 }
 
 TEST_CASE("attention head size 128", "[gpu][attention]") {
-  for (int T : {1, 77, 256, 1024}) check_attention(2, T, 2, 128);
+  for (int T : {1, 77, 256, 333, 1024}) check_attention(2, T, 2, 128);
 }
 
-TEST_CASE("attention at T = 4096", "[gpu][attention]") { check_attention(1, 4096, 1, 64); }
+TEST_CASE("attention at T = 4096", "[gpu][attention]") {
+  check_attention(1, 4096, 1, 64);
+  check_attention(1, 4096, 1, 128);
+}
 
 TEST_CASE("attention throughput", "[.bench][attention]") {
   struct Case { int B, NH, T, HS; };
