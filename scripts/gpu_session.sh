@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU-machine session: build, GPU tests, a GPU training smoke run, and side-by-side benchmarks.
-# Usage (on the GPU machine, repo root): scripts/gpu_session.sh [bench...]  e.g. "d12:32:bf16 d48:16:bf16"
+# Usage (on the GPU machine, repo root): scripts/gpu_session.sh [MODEL:B:PRECS ...], e.g. d12:32:bf16,fp8 d48:16:bf16
 # Logs go to $OUT (or ./gpu-out). Keeps NCCL_NVLS_ENABLE=0.
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -14,10 +14,10 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   ctest --test-dir build-gpu -L gpu --output-on-failure > "$OUT/gpu_tests.log" 2>&1
   grep -E "tests passed|FAILED|Failed|assertions" "$OUT/gpu_tests.log" | tail -15
 fi
+# Benchmarks: each argument is MODEL:B:PRECISIONS, e.g. d12:32:bf16,fp8
 for spec in "$@"; do
-  IFS=: read -r model b prec <<< "$spec"
-  OUTDIR=runs/bench timeout 420 bash scripts/bench/gpt2_vs_torch.sh "$model" "$b" "${STEPS:-30}" "$prec" compile \
-    2>&1 | tee -a "$OUT/bench.txt" | tail -4
-  cp "runs/bench/$model-$prec-b$b.log" "$OUT/" 2>/dev/null
+  IFS=: read -r model b precs <<< "$spec"
+  OUTDIR=runs/bench timeout 540 bash scripts/bench/gpt2_vs_torch.sh "$model" "$b" "${STEPS:-30}" "${precs//,/ }" \
+    "${PEER_MODE:-compile}" 2>&1 | tee -a "$OUT/bench.txt"
 done
 echo "total: $(( $(date +%s) - t0 )) s"
