@@ -16,6 +16,11 @@ Tensor& grad_of(const Var& v) {
   return v->grad;
 }
 
+Tensor& grad_of(const GradRef& g) {
+  if (!g.cell->defined()) *g.cell = Tensor::zeros(g.shape, g.dtype, g.device, MemCategory::activations);
+  return *g.cell;
+}
+
 Tape* current_tape() { return g_tape; }
 bool grad_enabled() { return g_tape != nullptr; }
 

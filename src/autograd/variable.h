@@ -9,11 +9,26 @@ namespace fp8t {
 
 struct VarImpl {
   Tensor value;
-  Tensor grad;  // allocated on first accumulation, or bound to a view of the flat gradient buffer
+  // The gradient lives in a cell of its own so a backward closure can hold it (GradRef) without
+  // keeping `value` alive: an op's output is then freed as soon as no node saved it for backward.
+  std::shared_ptr<Tensor> grad_cell = std::make_shared<Tensor>();
+  Tensor& grad = *grad_cell;  // allocated on first accumulation, or a view of the flat gradient buffer
   bool requires_grad = false;
   std::string name;
 };
 using Var = std::shared_ptr<VarImpl>;
+
+// A handle on a Var's gradient alone (shape, dtype and device to create it lazily).
+struct GradRef {
+  std::shared_ptr<Tensor> cell;
+  Shape shape;
+  DType dtype;
+  Device device;
+  bool requires_grad;
+};
+inline GradRef grad_ref(const Var& v) {
+  return {v->grad_cell, v->value.shape(), v->value.dtype(), v->value.device(), v->requires_grad};
+}
 
 inline Var make_var(Tensor value, bool requires_grad = false, std::string name = {}) {
   auto v = std::make_shared<VarImpl>();
@@ -25,5 +40,6 @@ inline Var make_var(Tensor value, bool requires_grad = false, std::string name =
 
 // The gradient buffer of v, zero-filled on first use (category activations for intermediates).
 Tensor& grad_of(const Var& v);
+Tensor& grad_of(const GradRef& g);
 
 }  // namespace fp8t

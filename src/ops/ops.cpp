@@ -82,8 +82,8 @@ Var embedding(const Tensor& tokens, const Var& wte, const Var& wpe) {
   Var y = make_output(std::move(out));
   if (needs_grad(wte, wpe)) {
     y->requires_grad = true;
-    current_tape()->record("embedding", [tokens, wte, wpe, y, B, T, C] {
-      const Tensor& dout = grad_of(y);
+    current_tape()->record("embedding", [tokens, wte, wpe, yg = grad_ref(y), B, T, C] {
+      const Tensor& dout = grad_of(yg);
       if (dout.device().is_cuda()) {
         FP8T_ON_CUDA("embedding backward", {
           Tensor dwte = grad_or_scratch(wte, DType::f32), dwpe = grad_or_scratch(wpe, DType::f32);
@@ -131,8 +131,8 @@ Var linear(const Var& x, const Var& w, const Var& b) {
   Var y = make_output(std::move(out));
   if (needs_grad(x, w, b)) {
     y->requires_grad = true;
-    current_tape()->record("linear", [x, w, b, y, M, IC, OC] {
-      const Tensor& dout = grad_of(y);
+    current_tape()->record("linear", [x, w, b, yg = grad_ref(y), M, IC, OC] {
+      const Tensor& dout = grad_of(yg);
       if (dout.device().is_cuda()) {
         FP8T_ON_CUDA("linear backward", {
           Tensor dx = x->requires_grad ? grad_of(x).view({M, IC}) : Tensor();
@@ -181,8 +181,8 @@ Var layernorm(const Var& x, const Var& w, const Var& b) {
   Var y = make_output(std::move(out));
   if (needs_grad(x, w, b)) {
     y->requires_grad = true;
-    current_tape()->record("layernorm", [x, w, b, y, mean, rstd, N, C] {
-      const Tensor& dout = grad_of(y);
+    current_tape()->record("layernorm", [x, w, b, yg = grad_ref(y), mean, rstd, N, C] {
+      const Tensor& dout = grad_of(yg);
       if (dout.device().is_cuda()) {
         FP8T_ON_CUDA("layernorm backward", {
           Tensor dx = grad_or_scratch(x, x->value.dtype());
@@ -215,8 +215,8 @@ Var gelu(const Var& x) {
   Var y = make_output(std::move(out));
   if (needs_grad(x)) {
     y->requires_grad = true;
-    current_tape()->record("gelu", [x, y] {
-      const Tensor& dout = grad_of(y);
+    current_tape()->record("gelu", [x, yg = grad_ref(y)] {
+      const Tensor& dout = grad_of(yg);
       if (dout.device().is_cuda()) {
         FP8T_ON_CUDA("gelu backward", cuda_ops::gelu_backward(grad_of(x), x->value, dout));
         return;
@@ -251,10 +251,11 @@ Var add(const Var& a, const Var& b) {
   Var y = make_output(std::move(out));
   if (needs_grad(a, b)) {
     y->requires_grad = true;
-    current_tape()->record("add", [a, b, y] {
-      const Tensor& dout = grad_of(y);
-      if (a->requires_grad) add_(grad_of(a), dout);
-      if (b->requires_grad) add_(grad_of(b), dout);  // a == b accumulates twice, as it should
+    // Only gradient handles are held: add needs neither input's value in backward.
+    current_tape()->record("add", [ag = grad_ref(a), bg = grad_ref(b), yg = grad_ref(y)] {
+      const Tensor& dout = grad_of(yg);
+      if (ag.requires_grad) add_(grad_of(ag), dout);
+      if (bg.requires_grad) add_(grad_of(bg), dout);  // a == b accumulates twice, as it should
     });
   }
   return y;
