@@ -401,8 +401,14 @@ __global__ void __launch_bounds__(kBwdThreads, HS == 64 ? 3 : 1)
       if (qi >= T) continue;
       float* dst = dq_accum + (int64_t{b} * T + qi) * C + h * HS + dq_col + 2 * t;
 #pragma unroll
-      for (int d = 0; d < kCols / 8; ++d)
+      for (int d = 0; d < kCols / 8; ++d) {
+#if __CUDA_ARCH__ >= 900
         atomicAdd(reinterpret_cast<float2*>(dst + 8 * d), make_float2(dqa[d][2 * r], dqa[d][2 * r + 1]));
+#else  // vector atomics arrive with sm_90; Ampere adds the pair one by one
+        atomicAdd(dst + 8 * d, dqa[d][2 * r]);
+        atomicAdd(dst + 8 * d + 1, dqa[d][2 * r + 1]);
+#endif
+      }
     }
     if (threadIdx.x < BR) {
       sLse[(st ^ 1) * BR + threadIdx.x] = next_lse;
