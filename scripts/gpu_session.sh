@@ -14,6 +14,18 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   ctest --test-dir build-gpu -L gpu --output-on-failure > "$OUT/gpu_tests.log" 2>&1
   grep -E "tests passed|FAILED|Failed|assertions" "$OUT/gpu_tests.log" | tail -15
 fi
+# Loss parity (PARITY=1): the default job's model (head size 64) in BF16 on the GPU for 200 steps, to
+# compare with the same run on the CPU in FP32; and the 6-layer model in BF16 and FP8 for 1,000 steps.
+if [ "${PARITY:-0}" = 1 ]; then
+  rm -rf runs/parity-gpu-bf16 runs/parity6
+  build-gpu/fp8train train --config configs/tiny-cpu.yaml --set run.device=cuda --set precision.compute=bf16 \
+    --set model.n_head=2 --set train.max_steps=200 --set train.eval_every=50 --set run.out_dir=runs/parity-gpu-bf16 \
+    > "$OUT/parity-gpu-bf16.log" 2>&1 && cp runs/parity-gpu-bf16/metrics.jsonl "$OUT/parity-gpu-bf16.jsonl"
+  tail -2 "$OUT/parity-gpu-bf16.log"
+  mkdir -p runs/parity6
+  FP8T_BIN=build-gpu/fp8train bash scripts/bench/loss_parity.sh configs/small-6l.yaml runs/parity6/run \
+    "bf16:--set precision.compute=bf16" "fp8:--set precision.compute=fp8" 2>&1 | tee "$OUT/parity6.txt"
+fi
 # Benchmarks: each argument is MODEL:B:PRECISIONS, e.g. d12:32:bf16,fp8
 for spec in "$@"; do
   IFS=: read -r model b precs <<< "$spec"
