@@ -68,7 +68,7 @@ int alignment_of(const void* p) {
 
 struct PlanKey {
   int m, n, k;
-  bool trans_a, trans_b, scaled_a, scaled_b;
+  bool trans_a, trans_b, scaled_a, scaled_b, fast_accum;
   DType a, b, d;
   MatmulEpilogue epilogue;
   int align_a, align_b, align_d, align_bias;
@@ -82,7 +82,8 @@ struct PlanKeyHash {
     mix(static_cast<uint64_t>(k.m));
     mix(static_cast<uint64_t>(k.n));
     mix(static_cast<uint64_t>(k.k));
-    mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) | (k.scaled_a ? 4u : 0u) | (k.scaled_b ? 8u : 0u));
+    mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) | (k.scaled_a ? 4u : 0u) | (k.scaled_b ? 8u : 0u) |
+        (k.fast_accum ? 16u : 0u));
     mix((static_cast<uint64_t>(k.a) << 24) | (static_cast<uint64_t>(k.b) << 16) | (static_cast<uint64_t>(k.d) << 8) |
         static_cast<uint64_t>(k.epilogue));
     mix((static_cast<uint64_t>(k.align_a) << 48) | (static_cast<uint64_t>(k.align_b) << 32) |
@@ -150,6 +151,8 @@ Plan& get_plan(DeviceContext& ctx, const PlanKey& key) {
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
   set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt_epilogue(key.epilogue));
+  if (key.a == DType::e4m3 || key.a == DType::e5m2)
+    set_desc(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(key.fast_accum ? 1 : 0));
   if (key.epilogue == MatmulEpilogue::bias || key.epilogue == MatmulEpilogue::gelu_bias ||
       key.epilogue == MatmulEpilogue::gelu_aux_bias)
     set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(key.d));
@@ -189,9 +192,11 @@ Plan& get_plan(DeviceContext& ctx, const PlanKey& key) {
 // ------------------------------------------------------------------------------------------------
 // kernel launchers
 
-void matmul_cublaslt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, const MatmulOperand& b,
-                     bool trans_b, int m, int n, int k, float alpha, float beta, MatmulEpilogue epilogue,
-                     const void* bias, void* aux, cudaStream_t stream) {
+namespace {
+
+void matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, const MatmulOperand& b, bool trans_b,
+               int m, int n, int k, float alpha, float beta, MatmulEpilogue epilogue, const void* bias, void* aux,
+               bool fast_accum, cudaStream_t stream) {
   FP8T_CHECK(m > 0 && n > 0 && k > 0, "matmul: bad sizes m={} n={} k={}", m, n, k);
   FP8T_CHECK(d_dtype == DType::bf16 || d_dtype == DType::f32, "matmul: output dtype {} (bf16 or f32)",
              dtype_name(d_dtype));
@@ -200,13 +205,21 @@ void matmul_cublaslt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_
   FP8T_CHECK(!has_bias || bias != nullptr, "matmul: bias epilogue without a bias pointer");
   FP8T_CHECK(epilogue != MatmulEpilogue::gelu_aux_bias || aux != nullptr, "matmul: GELU aux epilogue without aux");
   const bool fp8 = a.dtype == DType::e4m3 || a.dtype == DType::e5m2;
+  FP8T_CHECK(fp8 == (b.dtype == DType::e4m3 || b.dtype == DType::e5m2),
+             "matmul: both operands must be FP8 or neither, got {} and {}", dtype_name(a.dtype), dtype_name(b.dtype));
   FP8T_CHECK(!fp8 || (trans_a && !trans_b), "matmul: FP8 GEMMs need the TN layout (both operands K-major)");
+  // cublasLtMatmul answers only "not supported" for scale pointers at a 4-byte offset (H200, cuBLASLt 13).
+  FP8T_CHECK(!fp8 || (alignment_of(a.scale) >= 16 && alignment_of(b.scale) >= 16),
+             "matmul: FP8 scale pointers must be 16-byte aligned, got {} and {}",
+             static_cast<const void*>(a.scale), static_cast<const void*>(b.scale));
+  FP8T_CHECK(!fp8 || (m % 16 == 0 && n % 16 == 0 && k % 16 == 0),
+             "matmul: FP8 GEMMs need every dimension to be a multiple of 16, got m={} n={} k={}", m, n, k);
   FP8T_CHECK(!(a.dtype == DType::e5m2 && b.dtype == DType::e5m2), "matmul: E5M2 x E5M2 is not supported by cuBLASLt");
 
   DeviceContext& ctx = device_context();
   std::lock_guard lk(ctx.mu);
-  const PlanKey key{m, n, k, trans_a, trans_b, a.scale != nullptr, b.scale != nullptr, a.dtype, b.dtype, d_dtype,
-                    epilogue, alignment_of(a.data), alignment_of(b.data), alignment_of(d), has_bias ? alignment_of(bias) : 256};
+  const PlanKey key{m, n, k, trans_a, trans_b, a.scale != nullptr, b.scale != nullptr, fp8 && fast_accum, a.dtype,
+                    b.dtype, d_dtype, epilogue, alignment_of(a.data), alignment_of(b.data), alignment_of(d), has_bias ? alignment_of(bias) : 256};
   Plan& plan = get_plan(ctx, key);
   if (has_bias) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   if (epilogue == MatmulEpilogue::gelu_aux_bias) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
@@ -214,6 +227,15 @@ void matmul_cublaslt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_
   if (b.scale) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b.scale);
   CUBLAS_CHECK(cublasLtMatmul(ctx.handle, plan.desc, &alpha, a.data, plan.a, b.data, plan.b, &beta, d, plan.d, d,
                               plan.d, &plan.algo, ctx.workspace, kWorkspaceBytes, stream));
+}
+
+}  // namespace
+
+void matmul_cublaslt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, const MatmulOperand& b,
+                     bool trans_b, int m, int n, int k, float alpha, float beta, MatmulEpilogue epilogue,
+                     const void* bias, void* aux, cudaStream_t stream) {
+  matmul_lt(d, d_dtype, a, trans_a, b, trans_b, m, n, k, alpha, beta, epilogue, bias, aux, /*fast_accum=*/false,
+            stream);
 }
 
 void matmul_forward(void* out, DType out_dtype, const bf16* inp, const bf16* weight, const void* bias, int M, int K,
@@ -235,6 +257,30 @@ void matmul_backward_weight(float* dweight, const bf16* dout, const bf16* inp, i
   // dW^T (K, N) = inp^T (K, M) @ dout (M, N) [dout stored (N, M) column-major, transposed]
   matmul_cublaslt(dweight, DType::f32, {inp, DType::bf16}, false, {dout, DType::bf16}, true, K, N, M, 1.0f,
                   accumulate ? 1.0f : 0.0f, MatmulEpilogue::none, nullptr, nullptr, stream);
+}
+
+// FP8: cuBLASLt takes only op(A) = A^T, op(B) = B (TN), i.e. both operands K-major. A row-major (R, C)
+// matrix is a column-major (C, R) one, so each GEMM below names which stored copy is K-major.
+
+void matmul_fp8_forward(bf16* out, const MatmulOperand& inp, const MatmulOperand& weight, const bf16* bias, int M,
+                        int K, int N, cudaStream_t stream) {
+  // out^T (N, M) = weight (N, K) [stored (K, N) column-major, K-major] @ inp^T (K, M) [inp (M, K), K-major]
+  matmul_lt(out, DType::bf16, weight, true, inp, false, N, M, K, 1.0f, 0.0f,
+            bias ? MatmulEpilogue::bias : MatmulEpilogue::none, bias, nullptr, /*fast_accum=*/true, stream);
+}
+
+void matmul_fp8_backward_input(bf16* dinp, const MatmulOperand& dout, const MatmulOperand& weight_t, int M, int K,
+                               int N, bool accumulate, cudaStream_t stream) {
+  // dinp^T (K, M) = weight^T (K, N) [weight_t (K, N) row-major, N-major] @ dout^T (N, M) [dout (M, N), N-major]
+  matmul_lt(dinp, DType::bf16, weight_t, true, dout, false, K, M, N, 1.0f, accumulate ? 1.0f : 0.0f,
+            MatmulEpilogue::none, nullptr, nullptr, /*fast_accum=*/false, stream);
+}
+
+void matmul_fp8_backward_weight(float* dweight, const MatmulOperand& dout_t, const MatmulOperand& inp_t, int M, int K,
+                                int N, bool accumulate, cudaStream_t stream) {
+  // dweight^T (K, N) = inp^T (K, M) [inp_t (K, M), M-major] @ dout (M, N) [dout_t (N, M), M-major]
+  matmul_lt(dweight, DType::f32, inp_t, true, dout_t, false, K, N, M, 1.0f, accumulate ? 1.0f : 0.0f,
+            MatmulEpilogue::none, nullptr, nullptr, /*fast_accum=*/false, stream);
 }
 
 void matmul_backward_bias(float* dbias, const bf16* dout, int M, int N, cudaStream_t stream) {

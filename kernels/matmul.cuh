@@ -1,4 +1,4 @@
-// GEMMs through cuBLASLt: BF16 (later FP8) operands, FP32 accumulation, BF16 or FP32 output,
+// GEMMs through cuBLASLt: BF16 or FP8 operands, FP32 accumulation, BF16 or FP32 output,
 // optional bias / GELU epilogues; and the bias-gradient reduction.
 #pragma once
 #include <cuda_bf16.h>
@@ -44,6 +44,18 @@ void matmul_backward_input(__nv_bfloat16* dinp, const __nv_bfloat16* dout, const
 // dweight (N, K) f32 (+)= dout (M, N)^T @ inp (M, K)
 void matmul_backward_weight(float* dweight, const __nv_bfloat16* dout, const __nv_bfloat16* inp, int M, int K, int N,
                             bool accumulate, cudaStream_t stream);
+// ---- FP8 row-major helpers. Operands are FP8 codes (E4M3 or E5M2, not both E5M2) with their device
+// scale_inv as `scale`; FP32 accumulation; every dimension a multiple of 16; fast accumulation in
+// fprop only. Hopper takes only K-major operands, hence the transposed copies in backward.
+// out (M, N) bf16 = inp (M, K) @ weight (N, K)^T (+ bias (N) bf16)
+void matmul_fp8_forward(__nv_bfloat16* out, const MatmulOperand& inp, const MatmulOperand& weight,
+                        const __nv_bfloat16* bias, int M, int K, int N, cudaStream_t stream);
+// dinp (M, K) bf16 (+)= dout (M, N) @ weight (N, K), given weight_t (K, N)
+void matmul_fp8_backward_input(__nv_bfloat16* dinp, const MatmulOperand& dout, const MatmulOperand& weight_t, int M,
+                               int K, int N, bool accumulate, cudaStream_t stream);
+// dweight (N, K) f32 (+)= dout (M, N)^T @ inp (M, K), given dout_t (N, M) and inp_t (K, M)
+void matmul_fp8_backward_weight(float* dweight, const MatmulOperand& dout_t, const MatmulOperand& inp_t, int M, int K,
+                                int N, bool accumulate, cudaStream_t stream);
 // dbias (N) f32 += column sums of dout (M, N)
 void matmul_backward_bias(float* dbias, const __nv_bfloat16* dout, int M, int N, cudaStream_t stream);
 

@@ -104,6 +104,7 @@ void GPT::on_optimizer_step() {
 
 std::vector<float*> GPT::amax_slots() {
   std::vector<float*> slots;
+  for (const auto& st : fp8_) st->collect_device_stats();  // CUDA: this step's device amaxes to the host
   for (const auto& st : fp8_)
     for (Fp8TensorMeta* m : {&st->input, &st->weight, &st->grad_output}) slots.push_back(&m->amax_this_step);
   return slots;
@@ -112,6 +113,7 @@ std::vector<float*> GPT::amax_slots() {
 std::string GPT::fp8_nonfinite_report() const {
   std::string bad;
   for (const auto& st : fp8_) {
+    st->collect_device_stats();  // CUDA: this step's device amaxes to the host (once per step)
     const std::pair<const char*, const Fp8TensorMeta*> metas[] = {
         {"input", &st->input}, {"weight", &st->weight}, {"grad_output", &st->grad_output}};
     for (const auto& [what, m] : metas)

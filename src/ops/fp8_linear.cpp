@@ -1,5 +1,5 @@
-// FP8 linear op: argument checks, device dispatch (CPU emulation; CUDA to come), the per-step FP8
-// weight cache and the backward node.
+// FP8 linear op: argument checks, device dispatch (CPU emulation or cuBLASLt FP8 GEMMs), the
+// per-step FP8 weight cache and the backward nodes.
 #include "ops/fp8_linear.h"
 
 #include <cmath>
@@ -8,6 +8,15 @@
 #include "core/check.h"
 #include "ops/cpu/reference.h"
 #include "ops/ops.h"
+
+#ifdef FP8T_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "core/cuda_check.h"
+#include "kernels/fp8_cast.cuh"
+#include "kernels/matmul.cuh"
+#include "kernels/stream.cuh"
+#endif
 
 namespace fp8t {
 
@@ -36,6 +45,7 @@ const Fp8Tensor& Fp8LinearState::weight_for_step(const Tensor& w) {
 }
 
 void Fp8LinearState::on_optimizer_step() {
+  collect_device_stats();
   ++weight_version;
   input.end_step();
   weight.end_step();
@@ -75,6 +85,13 @@ void add_scaled(Tensor& dst, const Tensor& tmp, float s) {
 float cast_scale(Fp8TensorMeta& meta, const Tensor& t) {
   return meta.scaling == Fp8Scaling::current ? meta.scale_for_cast(fp8_amax(t.data<float>(), t.numel()))
                                              : meta.scale;
+}
+
+Tensor& host_f32_grad(const GradRef& gr, const char* what, const std::string& layer) {
+  Tensor& g = grad_of(gr);
+  FP8T_CHECK(g.device().is_cpu() && g.dtype() == DType::f32 && g.numel() == shape_numel(gr.shape),
+             "fp8_linear ({}): gradient of {} must be host f32 like its value, got {}", layer, what, g.str());
+  return g;
 }
 
 Tensor& host_f32_grad(const Var& v, const char* what, const std::string& layer) {
@@ -119,10 +136,10 @@ Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st)
   // fp8 storage keeps x's codes and only a weak handle on x (for its gradient): the node must not
   // keep x's f32 value alive. bf16 storage keeps x itself.
   const bool x_needs_grad = x->requires_grad;
-  std::weak_ptr<VarImpl> x_weak = x;
+  const GradRef x_grad = grad_ref(x);  // the gradient only: x's value is not kept
   Var x_kept = store_fp8 ? Var() : x;
   Fp8Tensor x_saved = store_fp8 ? xq : Fp8Tensor{Tensor(), xq.scale_inv};
-  current_tape()->record("fp8_linear", [&st, x_weak, x_kept, x_saved, x_scale, x_needs_grad, w, b, y, wq, M, IC,
+  current_tape()->record("fp8_linear", [&st, x_grad, x_kept, x_saved, x_scale, x_needs_grad, w, b, y, wq, M, IC,
                                         OC] {
     const Tensor dy = host_f32_grad(y, "the output", st.name).view({M, OC});
     Fp8CastStats dstats;
@@ -131,13 +148,13 @@ Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st)
     st.grad_output.record(dstats.amax, dstats.saturated);
     const Tensor dyd = fp8_decode(dyq);  // (M, OC)
     if (x_needs_grad) {
-      if (Var xs = x_weak.lock()) {  // expired: nothing can read x's gradient any more
+      {
         // dx (M, IC) += (q(dy) @ q(w)) * (sdy_inv * sw_inv)
         const Tensor wd = fp8_decode(wq);
         Tensor tmp = Tensor::zeros({M, IC}, DType::f32, Device::cpu(), MemCategory::workspace);
         cpu::matmul_backward<float>(tmp.data<float>(), nullptr, nullptr, dyd.data<float>(), nullptr,
                                     wd.data<float>(), M, IC, OC);
-        add_scaled(host_f32_grad(xs, "the input", st.name), tmp, dyq.scale_inv * wq.scale_inv);
+        add_scaled(host_f32_grad(x_grad, "the input", st.name), tmp, dyq.scale_inv * wq.scale_inv);
       }
     }
     if (w->requires_grad) {
@@ -162,6 +179,156 @@ Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st)
   return y;
 }
 
+
+#ifdef FP8T_HAVE_CUDA
+// ---------------------------------------------------------------- CUDA
+
+namespace k = kernels;
+using bf16 = __nv_bfloat16;
+
+Fp8DeviceSlot* slot(Fp8DeviceSlot* slots, Fp8Role r) { return slots + static_cast<int>(r); }
+
+// Current scaling: the amax of t and the scale from it, on the device, into the slot before the
+// cast. Delayed scaling: the slot already holds the step's scale.
+void prepare_scale(const Fp8TensorMeta& meta, Fp8DeviceSlot* s, const Tensor& t, cudaStream_t stream) {
+  if (meta.scaling != Fp8Scaling::current) return;
+  CUDA_CHECK(cudaMemsetAsync(&s->amax_now, 0, sizeof(float), stream));
+  k::fp8_amax(t.raw(), t.dtype(), t.numel(), &s->amax_now, stream);
+  k::fp8_scale_from_amax(&s->amax_now, meta.fmax(), meta.margin, &s->scale, &s->scale_inv, stream);
+}
+
+k::Fp8CastOutputs stats_into(Fp8DeviceSlot* s) { return {&s->amax, &s->saturated}; }
+
+// The (OC, IC) and (IC, OC) FP8 copies of the bf16 weight for this weight_version, cast in one pass.
+void cache_weight_cuda(Fp8LinearState& st, const Tensor& w, Fp8DeviceSlot* slots, cudaStream_t stream) {
+  if (st.cache_valid && st.cached_version == st.weight_version) return;
+  const int64_t OC = w.dim(0), IC = w.dim(1);
+  const DType dt = fp8_dtype(st.formats.forward);
+  if (!st.weight_fp8.codes.defined() || st.weight_fp8.codes.shape() != w.shape() || st.weight_fp8.codes.dtype() != dt) {
+    st.weight_fp8.codes = Tensor::empty({OC, IC}, dt, w.device(), MemCategory::fp8_cache);
+    st.weight_fp8_t = Tensor::empty({IC, OC}, dt, w.device(), MemCategory::fp8_cache);
+  }
+  Fp8DeviceSlot* s = slot(slots, Fp8Role::weight);
+  prepare_scale(st.weight, s, w, stream);
+  k::fp8_cast(w.raw(), w.dtype(), OC, IC, st.weight_fp8.codes.data<uint8_t>(), st.weight_fp8_t.data<uint8_t>(),
+              st.formats.forward, &s->scale, stats_into(s), stream);
+  st.device.mark_pending(Fp8Role::weight);  // the step's weight amax, whatever the grad mode (as on the CPU)
+  st.weight_fp8.scale_inv = st.weight.scale_inv;  // host mirror; the GEMMs read the device slot
+  st.cached_version = st.weight_version;
+  st.cache_valid = true;
+  ++st.weight_casts;
+}
+
+void expect_cuda(const Tensor& t, DType dtype, const char* what, const std::string& layer) {
+  FP8T_CHECK(t.device().is_cuda() && t.dtype() == dtype, "fp8_linear ({}): {} must be a CUDA {} tensor, got {}", layer,
+             what, dtype_name(dtype), t.str());
+}
+
+Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st) {
+  const Tensor& xv = x->value;
+  const Tensor& wv = w->value;
+  expect_cuda(xv, DType::bf16, "x", st.name);
+  expect_cuda(wv, DType::bf16, "w (the bf16 compute copy)", st.name);
+  if (b) expect_cuda(b->value, DType::bf16, "b", st.name);
+  const int64_t IC = wv.dim(1), OC = wv.dim(0), M = xv.numel() / IC;
+  FP8T_CHECK(M % 16 == 0 && IC % 16 == 0 && OC % 16 == 0 && M <= 0x7fffffff,
+             "fp8_linear ({}): cuBLASLt FP8 GEMMs need rows (micro_batch * seq_len) = {}, in features = {} and out "
+             "features = {} to be multiples of 16; change model.d_model / train.micro_batch / model.seq_len, or run "
+             "this layer in bf16 (precision.fp8.layers, bf16_first_blocks, bf16_last_blocks)",
+             st.name, M, IC, OC);
+  const cudaStream_t stream = k::compute_stream();
+  Fp8DeviceSlot* slots = st.device.slots(xv.device(), st.metas());
+  cache_weight_cuda(st, wv, slots, stream);
+
+  const bool train = needs_grad(x, w, b);
+  const bool store_fp8 = st.cfg.activation_storage == ActivationStorage::fp8;
+  // wgrad needs x^T K-major: with fp8 storage the forward cast writes it alongside x.
+  const bool keep_xt = train && w->requires_grad && store_fp8;
+  const DType fwd = fp8_dtype(st.formats.forward), bwd = fp8_dtype(st.formats.backward);
+  const Tensor x2 = xv.view({M, IC});
+  Tensor xq = Tensor::empty({M, IC}, fwd, xv.device(), MemCategory::workspace);
+  Tensor xq_t = keep_xt ? Tensor::empty({IC, M}, fwd, xv.device(), MemCategory::activations) : Tensor();
+  Fp8DeviceSlot* sx = slot(slots, Fp8Role::input);
+  prepare_scale(st.input, sx, x2, stream);
+  k::fp8_cast(x2.raw(), DType::bf16, M, IC, xq.data<uint8_t>(), keep_xt ? xq_t.data<uint8_t>() : nullptr,
+              st.formats.forward, &sx->scale, grad_enabled() ? stats_into(sx) : k::Fp8CastOutputs{}, stream);
+  if (grad_enabled()) st.device.mark_pending(Fp8Role::input);
+  // Backward needs this cast's (scale_inv, scale). Delayed scaling: the slot keeps them for the step.
+  // Current scaling: the next cast overwrites the slot, so keep a copy.
+  Tensor x_scales;
+  if (train && st.input.scaling == Fp8Scaling::current) {
+    x_scales = Tensor::empty({2}, DType::f32, xv.device(), MemCategory::activations);
+    CUDA_CHECK(cudaMemcpyAsync(x_scales.raw(), &sx->scale_inv, 2 * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+  }
+  const float* x_scale_inv = x_scales.defined() ? x_scales.data<float>() : &sx->scale_inv;
+  const float* x_scale = x_scales.defined() ? x_scales.data<float>() + 1 : &sx->scale;
+
+  Shape oshape = xv.shape();
+  oshape.back() = OC;
+  Tensor out = Tensor::empty(oshape, DType::bf16, xv.device(), MemCategory::activations);
+  k::matmul_fp8_forward(out.data<bf16>(), {xq.raw(), fwd, x_scale_inv},
+                        {st.weight_fp8.codes.raw(), fwd, &slot(slots, Fp8Role::weight)->scale_inv},
+                        b ? b->value.data<bf16>() : nullptr, static_cast<int>(M), static_cast<int>(IC),
+                        static_cast<int>(OC), stream);
+  xq = Tensor();  // back to the pool once the stream passes the GEMM
+
+  Var y = make_var(std::move(out));
+  if (!train) return y;
+  y->requires_grad = true;
+  const bool x_needs_grad = x->requires_grad;
+  const GradRef x_grad = grad_ref(x);  // the gradient only: x's value is not kept
+  Var x_kept = store_fp8 || !w->requires_grad ? Var() : x;  // bf16 storage: x is re-cast in backward
+  current_tape()->record("fp8_linear", [&st, x_grad, x_kept, xq_t, x_scales, x_scale, x_scale_inv, x_needs_grad, w, b, y, M, IC,
+                                        OC, fwd, bwd] {
+    const Tensor& dy_full = grad_of(y);
+    expect_cuda(dy_full, DType::bf16, "the output gradient", st.name);
+    const Tensor dy = dy_full.view({M, OC});
+    const cudaStream_t stream = k::compute_stream();
+    Fp8DeviceSlot* slots = st.device.slots(dy.device(), st.metas());
+    Fp8DeviceSlot* sdy = slot(slots, Fp8Role::grad_output);
+    const bool need_dx = x_needs_grad, need_dw = w->requires_grad;
+    const int m = static_cast<int>(M), ic = static_cast<int>(IC), oc = static_cast<int>(OC);
+    if (need_dx || need_dw) {
+      // dy (M, OC) for dgrad and dy^T (OC, M) for wgrad, in one pass.
+      Tensor dyq = need_dx ? Tensor::empty({M, OC}, bwd, dy.device(), MemCategory::workspace) : Tensor();
+      Tensor dyq_t = need_dw ? Tensor::empty({OC, M}, bwd, dy.device(), MemCategory::workspace) : Tensor();
+      prepare_scale(st.grad_output, sdy, dy, stream);
+      k::fp8_cast(dy.raw(), DType::bf16, M, OC, need_dx ? dyq.data<uint8_t>() : nullptr,
+                  need_dw ? dyq_t.data<uint8_t>() : nullptr, st.formats.backward, &sdy->scale, stats_into(sdy), stream);
+      st.device.mark_pending(Fp8Role::grad_output);
+      if (need_dx) {
+        Tensor& dx = grad_of(x_grad);
+        expect_cuda(dx, DType::bf16, "the input gradient", st.name);
+        // dx (M, IC) += dy (M, OC) @ w (OC, IC), with w^T (IC, OC) as the K-major operand
+        k::matmul_fp8_backward_input(dx.data<bf16>(), {dyq.raw(), bwd, &sdy->scale_inv},
+                                     {st.weight_fp8_t.raw(), fwd, &slot(slots, Fp8Role::weight)->scale_inv}, m, ic,
+                                     oc, /*accumulate=*/true, stream);
+      }
+      if (need_dw) {
+        Tensor& dw = grad_of(w);
+        expect_cuda(dw, DType::f32, "the weight gradient", st.name);
+        Tensor xt = xq_t;
+        if (!xt.defined()) {  // bf16 storage: the forward's scale reproduces the forward's codes
+          xt = Tensor::empty({IC, M}, fwd, dy.device(), MemCategory::workspace);
+          k::fp8_cast(x_kept->value.raw(), DType::bf16, M, IC, nullptr, xt.data<uint8_t>(), st.formats.forward,
+                      x_scale, k::Fp8CastOutputs{}, stream);
+        }
+        // dw (OC, IC) += dy^T (OC, M) @ x (M, IC), with dy^T and x^T as the K-major operands
+        k::matmul_fp8_backward_weight(dw.data<float>(), {dyq_t.raw(), bwd, &sdy->scale_inv},
+                                      {xt.raw(), fwd, x_scale_inv}, m, ic, oc, /*accumulate=*/true, stream);
+      }
+    }
+    if (b && b->requires_grad) {
+      // Bias gradient from the unquantized dy, as Transformer Engine does.
+      Tensor& db = grad_of(b);
+      expect_cuda(db, DType::f32, "the bias gradient", st.name);
+      k::matmul_backward_bias(db.data<float>(), dy.data<bf16>(), m, oc, stream);
+    }
+    (void)x_scales;  // keeps the current-scaling copy of (scale, scale_inv) alive until here
+  });
+  return y;
+}
+#endif  // FP8T_HAVE_CUDA
 }  // namespace
 
 Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st) {
@@ -173,7 +340,13 @@ Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st) {
              b ? b->value.str() : "", wv.dim(0));
   FP8T_CHECK(xv.device() == wv.device() && (!b || b->value.device() == xv.device()),
              "fp8_linear ({}): x {} and w {} are on different devices", st.name, xv.str(), wv.str());
-  if (xv.device().is_cuda()) FP8T_FAIL("fp8_linear ({}): FP8 on CUDA not yet implemented", st.name);
+  if (xv.device().is_cuda()) {
+#ifdef FP8T_HAVE_CUDA
+    return fp8_linear_cuda(x, w, b, st);
+#else
+    FP8T_FAIL("fp8_linear ({}): tensor is on a CUDA device but this build has no CUDA", st.name);
+#endif
+  }
   FP8T_CHECK(xv.dtype() == DType::f32 && wv.dtype() == DType::f32 && (!b || b->value.dtype() == DType::f32),
              "fp8_linear ({}): the CPU emulation takes f32 x, w and b, got {} and {}", st.name, xv.str(), wv.str());
   return fp8_linear_cpu(x, w, b, st);

@@ -1,6 +1,7 @@
 // FP8 linear: y = x @ w^T + b with all three GEMMs (fprop, dgrad, wgrad) on FP8 operands and FP32
 // accumulation, per-tensor scales from Fp8TensorMeta, and the FP8 weight copy cast once per
-// optimizer step. On the CPU it is emulated exactly: the GEMM multiplies the decoded FP8 values
+// optimizer step. On CUDA the GEMMs run on cuBLASLt (bf16 x, w and b; bf16 output) with the scales
+// on the device (fp8/device_meta.h). On the CPU it is emulated exactly: the GEMM multiplies the decoded FP8 values
 // (products of two FP8 values are exact in f32) with f32 accumulation and scales the result by
 // scale_inv_a * scale_inv_b, the way cuBLASLt applies its A/B scale pointers.
 #pragma once
@@ -9,6 +10,7 @@
 
 #include "autograd/tape.h"
 #include "config/config.h"
+#include "fp8/device_meta.h"
 #include "fp8/quantize.h"
 #include "fp8/scaling.h"
 
@@ -25,14 +27,22 @@ struct Fp8LinearState {
   // Bumped after every optimizer step; the cached FP8 weight is valid for one version.
   uint64_t weight_version = 0;
   Fp8Tensor weight_fp8;            // (OC, IC) codes in MemCategory::fp8_cache
+  Tensor weight_fp8_t;             // CUDA: (IC, OC) codes of the same cast, for dgrad (K-major)
   uint64_t cached_version = 0;
   bool cache_valid = false;
   int64_t weight_casts = 0;        // how many times the weight was cast (tests, metrics)
 
+  // CUDA: the scales and this step's amax/saturation of input, weight and grad_output on the device.
+  Fp8DeviceState device;
+
   Fp8LinearState(std::string name, const Fp8Config& cfg);
+  Fp8Metas metas() { return {&input, &weight, &grad_output}; }
 
   // The FP8 copy of w for the current weight_version, cast (and its amax recorded) on first use.
   const Fp8Tensor& weight_for_step(const Tensor& w);
+  // CUDA: moves this step's device amax/saturation into the host metas (one device-to-host copy;
+  // see fp8/device_meta.h). Idempotent within a step; a no-op on the CPU path.
+  void collect_device_stats() { device.collect(metas()); }
   // After the optimizer step: new weight version, and every meta enters this step's amax into its
   // history and updates its scale. Call once per optimizer step (also for a skipped step).
   void on_optimizer_step();
@@ -41,6 +51,7 @@ struct Fp8LinearState {
 };
 
 // x (..., IC) f32; w (OC, IC) f32; b (OC) or nullptr  ->  (..., OC). Same contract as linear().
+// On CUDA: x, w, b bf16 (w's gradient f32, x's bf16), IC, OC and the rows of x multiples of 16.
 // Forward: y = (q(x) @ q(w)^T) * (sx_inv * sw_inv) + b with q(.) in the forward format (E4M3).
 // Backward: dx += (q(dy) @ q(w)) * (sdy_inv * sw_inv), dw += (q(dy)^T @ q(x)) * (sdy_inv * sx_inv)
 // with q(dy) in the backward format (E5M2 for hybrid); db += column sums of the unquantized dy.

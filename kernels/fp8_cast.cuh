@@ -1,0 +1,34 @@
+// FP8 casts: bf16/f32 -> E4M3/E5M2 with a per-tensor scale read from device memory, optionally also
+// the transposed copy (Hopper FP8 GEMMs take both operands K-major), recording the tensor's amax and
+// saturation count in the same pass. Plus the amax-only pass and the device scale update that
+// current scaling needs.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace fp8t::kernels {
+
+// Device-side statistics a cast accumulates; any pointer may be null.
+struct Fp8CastOutputs {
+  float* amax = nullptr;                  // max |x| (unscaled), as float bits; NaN sticks. Zero it to start.
+  unsigned long long* saturated = nullptr;  // += count of |x * scale| > fmax (infinities included)
+};
+
+// in (rows, cols) bf16 or f32, row-major. codes[i] = float_to_fp8(in[i] * *scale) bit-exactly as the
+// host codec (RNE, satfinite, NaN -> 0x7F for E4M3 / 0x7E for E5M2). out (rows, cols) and out_t
+// (cols, rows) may each be null (not both).
+void fp8_cast(const void* in, DType in_dtype, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t,
+              Fp8Format format, const float* scale, Fp8CastOutputs stats, cudaStream_t stream);
+
+// *amax = max(*amax, max |in|) with NaN sticking (the caller zeroes *amax first).
+void fp8_amax(const void* in, DType in_dtype, int64_t n, float* amax, cudaStream_t stream);
+
+// Current scaling on the device: *scale = fp8_scale_from_amax(*amax, fmax, margin, *scale) and
+// *scale_inv = 1 / *scale, bit-exactly as the host function (src/fp8/scaling.h).
+void fp8_scale_from_amax(const float* amax, float fmax, int margin, float* scale, float* scale_inv,
+                         cudaStream_t stream);
+
+}  // namespace fp8t::kernels

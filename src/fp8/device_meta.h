@@ -1,0 +1,53 @@
+// Device copy of the FP8 scaling state of one linear's three tensors (input, weight, output
+// gradient), for the CUDA path: the cast kernels read the scale and accumulate the step's amax and
+// saturation count there, and cuBLASLt reads scale_inv through its A/B scale pointers.
+//
+// Host <-> device protocol (one host sync per optimizer step): the host Fp8TensorMeta keeps the
+// amax history and computes delayed scales; collect() copies the step's device statistics into the
+// metas once (before the amax all-reduce and end_step), and slots() uploads any host scale that
+// changed (end of step, checkpoint load) before the next cast. Current scaling computes its scale
+// on the device (kernels/fp8_cast.cuh) and collect() mirrors it back for metrics.
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "fp8/scaling.h"
+
+namespace fp8t {
+
+// One tensor's device state; the layout is shared with the kernels through raw pointers. scale_inv
+// comes first and slots are 16-byte aligned: cuBLASLt rejects ("not supported") FP8 GEMMs whose A/B
+// scale pointers are only 4-byte aligned.
+struct alignas(16) Fp8DeviceSlot {
+  float scale_inv = 1.0f;  // 1 / scale: the GEMM's A/B scale
+  float scale = 1.0f;      // multiplies the tensor before the cast
+  float amax = 0.0f;       // this step's max |x| over the recorded casts (atomicMax on the bits)
+  float amax_now = 0.0f;   // current scaling: the amax of the tensor being cast
+  unsigned long long saturated = 0;  // this step's count of |x * scale| > fmax
+  unsigned long long unused = 0;
+};
+static_assert(sizeof(Fp8DeviceSlot) == 32);
+
+enum class Fp8Role : int { input = 0, weight = 1, grad_output = 2 };
+using Fp8Metas = std::array<Fp8TensorMeta*, 3>;  // indexed by Fp8Role
+
+class Fp8DeviceState {
+ public:
+  // The three device slots (indexed by Fp8Role), allocated in MemCategory::fp8_cache on first use;
+  // host scales that changed since they were last uploaded are uploaded first (stream-ordered).
+  Fp8DeviceSlot* slots(Device device, const Fp8Metas& metas);
+  // A cast that accumulated statistics into `role`'s slot was launched.
+  void mark_pending(Fp8Role role) { pending_[static_cast<size_t>(role)] = true; }
+  // Moves the device statistics of the roles with casts since the last call into the host metas
+  // (Fp8TensorMeta::record; current scaling also takes the device scale) and zeroes them on the
+  // device. Synchronizes the host with the device; a no-op when nothing is pending.
+  void collect(const Fp8Metas& metas);
+
+ private:
+  Tensor buf_;  // 3 Fp8DeviceSlot as bytes, on the device
+  std::array<float, 3> uploaded_scale_{};
+  std::array<bool, 3> pending_{};
+};
+
+}  // namespace fp8t

@@ -1,0 +1,403 @@
+// FP8 on the GPU: the cast kernels bit-exact against the host codec (every bf16 pattern, saturation,
+// NaN, transpose, amax), each FP8 GEMM against a double GEMM over the same codes and scales, the
+// CUDA fp8_linear against its CPU emulation, and a short FP8 GPT training run.
+#include <unistd.h>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <cmath>
+#include <filesystem>
+
+#include "config/config.h"
+#include "data/shard.h"
+#include "dist/comm.h"
+#include "fp8/quantize.h"
+#include "gpu_test_util.h"
+#include "kernels/fp8_cast.cuh"
+#include "kernels/matmul.cuh"
+#include "kernels/stream.cuh"
+#include "ops/fp8_linear.h"
+#include "train/trainer.h"
+
+using namespace fp8t;
+using namespace fp8t::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<uint8_t> download_codes(const Tensor& t) {
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const Tensor h = t.to(Device::cpu());
+  const auto* p = h.data<uint8_t>();
+  return {p, p + h.numel()};
+}
+
+Tensor upload_codes(const std::vector<uint8_t>& codes, Shape shape, Fp8Format f) {
+  Tensor h = Tensor::empty(std::move(shape), fp8_dtype(f));
+  std::memcpy(h.raw(), codes.data(), codes.size());
+  return h.to(kGpu);
+}
+
+Tensor device_floats(std::vector<float> v) { return upload(v, {static_cast<int64_t>(v.size())}, DType::f32); }
+
+const char* name(Fp8Format f) { return f == Fp8Format::e4m3 ? "e4m3" : "e5m2"; }
+
+// Host-quantized random matrix: codes, their decoded values (unscaled) and scale_inv.
+struct Quantized {
+  std::vector<uint8_t> codes;
+  std::vector<double> values;
+  float scale_inv;
+};
+
+Quantized quantize_random(int64_t n, float stdev, Fp8Format f) {
+  const auto x = randn(static_cast<size_t>(n), stdev);
+  const float scale = fp8_max(f) / fp8_amax(x.data(), n);
+  Quantized q{std::vector<uint8_t>(static_cast<size_t>(n)), std::vector<double>(static_cast<size_t>(n)), 1.0f / scale};
+  fp8_quantize(x.data(), n, scale, f, q.codes.data());
+  for (int64_t i = 0; i < n; ++i) q.values[i] = fp8_to_float(q.codes[i], f);
+  return q;
+}
+
+std::vector<uint8_t> transpose_codes(const std::vector<uint8_t>& c, int64_t rows, int64_t cols) {
+  std::vector<uint8_t> t(c.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < cols; ++k) t[k * rows + r] = c[r * cols + k];
+  return t;
+}
+
+// bf16 outputs: cuBLASLt rounds the scaled product and adds the bias / C (beta = 1) around a bf16
+// rounding, so an element may differ from the exact value by half a bf16 ulp of each of the product,
+// the addend and the result (an ulp is at most 2^-7 relative), plus the tensor cores' FP8
+// accumulation error (~1e-4). Counted per element with a 2x margin; the f32-output runs of the same
+// GEMMs carry the 1e-3 norm check.
+int64_t beyond_bf16_rounding(const std::vector<float>& out, const std::vector<double>& ref,
+                             const std::vector<double>& addend) {
+  std::vector<float> ref_f(ref.begin(), ref.end());
+  const double floor = 1e-4 * rms(ref_f);
+  int64_t bad = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double product = ref[i] - addend[i];
+    const double bound = std::ldexp(std::fabs(product) + std::fabs(addend[i]) + std::fabs(ref[i]), -7) + floor;
+    if (!(std::fabs(double(out[i]) - ref[i]) <= bound)) ++bad;
+  }
+  return bad;
+}
+
+std::vector<float> to_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+struct Dims { int M, K, N; };
+const Dims kGemmShapes[] = {{16, 16, 16}, {128, 768, 2304}, {1024, 256, 768}, {48, 1600, 80}};
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------ casts
+
+TEST_CASE("fp8 cast: every bf16 pattern bit-exact vs the host codec - with transpose - amax and saturation",
+          "[gpu][fp8]") {
+  // (256, 256): all 65536 bf16 bit patterns, including +-0, subnormals, +-inf and NaNs.
+  std::vector<uint16_t> bits(65536);
+  for (uint32_t i = 0; i < 65536; ++i) bits[i] = static_cast<uint16_t>(i);
+  Tensor hb = Tensor::empty({256, 256}, DType::bf16);
+  std::memcpy(hb.raw(), bits.data(), bits.size() * 2);
+  const Tensor x = hb.to(kGpu);
+  for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+    for (float scale : {1.0f, 0.7310586f, 3.0e4f, 1.0f / 1024}) {
+      std::vector<uint8_t> ref(65536);
+      int64_t ref_sat = 0;
+      for (uint32_t i = 0; i < 65536; ++i) {
+        const float v = bf16_to_float(bits[i]) * scale;
+        ref[i] = float_to_fp8(v, f);
+        ref_sat += std::fabs(v) > fp8_max(f) ? 1 : 0;
+      }
+      Tensor d_scale = device_floats({scale});
+      for (bool transpose : {false, true}) {
+        Tensor out = poisoned({256, 256}, fp8_dtype(f)), out_t = poisoned({256, 256}, fp8_dtype(f));
+        Tensor stats = Tensor::zeros({4}, DType::f32, kGpu);  // amax (float), pad, saturated (u64)
+        kernels::fp8_cast(x.raw(), DType::bf16, 256, 256, out.data<uint8_t>(),
+                          transpose ? out_t.data<uint8_t>() : nullptr, f, d_scale.data<float>(),
+                          {stats.data<float>(), reinterpret_cast<unsigned long long*>(stats.data<float>() + 2)},
+                          kernels::compute_stream());
+        const auto got = download_codes(out);
+        int64_t bad = 0, first_bad = -1;
+        for (uint32_t i = 0; i < 65536; ++i)
+          if (got[i] != ref[i] && bad++ == 0) first_bad = i;
+        if (transpose) {
+          const auto got_t = download_codes(out_t);
+          for (uint32_t r = 0; r < 256; ++r)
+            for (uint32_t c = 0; c < 256; ++c)
+              if (got_t[c * 256 + r] != ref[r * 256 + c] && bad++ == 0) first_bad = r * 256 + c;
+        }
+        INFO(name(f) << " scale " << scale << " transpose " << transpose << ": " << bad << " mismatches, first at bf16 0x"
+                     << std::hex << first_bad);
+        CHECK(bad == 0);
+        const Tensor hs = stats.to(Device::cpu());
+        CHECK(std::isnan(hs.data<float>()[0]));  // the NaN patterns make the amax NaN
+        uint64_t sat = 0;
+        std::memcpy(&sat, hs.data<float>() + 2, 8);
+        CHECK(sat == static_cast<uint64_t>(ref_sat));
+      }
+    }
+  }
+}
+
+TEST_CASE("fp8 cast: f32 input - odd shapes - transpose only - finite amax accumulates", "[gpu][fp8]") {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{77, 50}, {64, 768}, {1, 8}, {333, 3}}) {
+    auto x = randn(static_cast<size_t>(rows * cols), 3.0f);
+    x[0] = 1.0e6f;  // saturates
+    x[x.size() / 2] = -INFINITY;
+    const Tensor dx = upload(x, {rows, cols}, DType::f32);
+    for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+      const float scale = 11.0f;
+      std::vector<uint8_t> ref(x.size());
+      const Fp8CastStats rs = fp8_quantize(x.data(), rows * cols, scale, f, ref.data());
+      Tensor d_scale = device_floats({scale});
+      // Two casts into one amax: the plain cast and the transpose-only one.
+      Tensor stats = Tensor::zeros({4}, DType::f32, kGpu);
+      Tensor out = poisoned({rows, cols}, fp8_dtype(f)), out_t = poisoned({cols, rows}, fp8_dtype(f));
+      kernels::fp8_cast(dx.raw(), DType::f32, rows, cols, out.data<uint8_t>(), nullptr, f, d_scale.data<float>(),
+                        {stats.data<float>(), reinterpret_cast<unsigned long long*>(stats.data<float>() + 2)},
+                        kernels::compute_stream());
+      kernels::fp8_cast(dx.raw(), DType::f32, rows, cols, nullptr, out_t.data<uint8_t>(), f, d_scale.data<float>(),
+                        {stats.data<float>(), nullptr}, kernels::compute_stream());
+      INFO(rows << "x" << cols << " " << name(f));
+      CHECK(download_codes(out) == ref);
+      CHECK(download_codes(out_t) == transpose_codes(ref, rows, cols));
+      const Tensor hs = stats.to(Device::cpu());
+      CHECK(hs.data<float>()[0] == INFINITY);  // |-inf|; the host amax is the same
+      CHECK(std::isinf(rs.amax));
+      uint64_t sat = 0;
+      std::memcpy(&sat, hs.data<float>() + 2, 8);
+      CHECK(sat == static_cast<uint64_t>(rs.saturated));
+    }
+  }
+  // Finite data: the amax is exact, and the device scale update mirrors fp8_scale_from_amax.
+  const auto x = randn(100003, 0.37f);
+  const Tensor dx = upload(x, {100003}, DType::f32);
+  Tensor slot = device_floats({0.0f, 5.0f, 0.0f});  // amax, scale, scale_inv
+  kernels::fp8_amax(dx.raw(), DType::f32, 100003, slot.data<float>(), kernels::compute_stream());
+  kernels::fp8_scale_from_amax(slot.data<float>(), 448.0f, 2, slot.data<float>() + 1, slot.data<float>() + 2,
+                               kernels::compute_stream());
+  const auto s = download(slot);
+  const float host_amax = fp8_amax(x.data(), 100003);
+  const float host_scale = fp8_scale_from_amax(host_amax, 448.0f, 2, 5.0f);
+  CHECK(s[0] == host_amax);
+  CHECK(s[1] == host_scale);
+  CHECK(s[2] == 1.0f / host_scale);
+}
+
+// ------------------------------------------------------------------------------------------------ GEMMs
+
+TEST_CASE("fp8 gemm: fprop dgrad wgrad match a double GEMM on the same codes and scales", "[gpu][fp8]") {
+  const cudaStream_t s = kernels::compute_stream();
+  for (auto [M, K, N] : kGemmShapes) {
+    INFO("M=" << M << " K=" << K << " N=" << N);
+    const Quantized x = quantize_random(int64_t{M} * K, 1.0f, Fp8Format::e4m3);
+    const Quantized w = quantize_random(int64_t{N} * K, 0.02f, Fp8Format::e4m3);
+    const Quantized dy = quantize_random(int64_t{M} * N, 1e-4f, Fp8Format::e5m2);
+    const auto bias = round_bf16(randn(N, 0.5f));
+    Tensor sx = device_floats({x.scale_inv}), sw = device_floats({w.scale_inv}), sdy = device_floats({dy.scale_inv});
+
+    {  // fprop: out (M, N) = x (M, K) @ w (N, K)^T * sx * sw + bias, bf16 out, fast accumulation
+      std::vector<double> ref(size_t(M) * N);
+      for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) {
+          double acc = 0;
+          for (int k = 0; k < K; ++k) acc += x.values[size_t(m) * K + k] * w.values[size_t(n) * K + k];
+          ref[size_t(m) * N + n] = acc * x.scale_inv * w.scale_inv + bias[n];
+        }
+      Tensor tx = upload_codes(x.codes, {M, K}, Fp8Format::e4m3), tw = upload_codes(w.codes, {N, K}, Fp8Format::e4m3);
+      Tensor tb = upload(bias, {N}, DType::bf16), out = poisoned({M, N}, DType::bf16);
+      kernels::matmul_fp8_forward(out.data<__nv_bfloat16>(), {tx.raw(), DType::e4m3, sx.data<float>()},
+                                  {tw.raw(), DType::e4m3, sw.data<float>()}, tb.data<__nv_bfloat16>(), M, K, N, s);
+      const auto got = download(out);
+      std::vector<double> bias_rows(ref.size());
+      for (size_t i = 0; i < ref.size(); ++i) bias_rows[i] = bias[i % N];
+      CHECK(rel_err(got, to_float(ref)) < 5e-3);
+      CHECK(beyond_bf16_rounding(got, ref, bias_rows) == 0);
+      // The same GEMM (same layout) with an f32 output: the 1e-3 norm check.
+      std::vector<double> ref_nb(ref);
+      for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) ref_nb[size_t(m) * N + n] -= bias[n];
+      Tensor out32 = poisoned({M, N}, DType::f32);
+      kernels::matmul_cublaslt(out32.raw(), DType::f32, {tw.raw(), DType::e4m3, sw.data<float>()}, true,
+                               {tx.raw(), DType::e4m3, sx.data<float>()}, false, N, M, K, 1.0f, 0.0f,
+                               kernels::MatmulEpilogue::none, nullptr, nullptr, s);
+      CHECK(rel_err(download(out32), to_float(ref_nb)) < 1e-3);
+    }
+    {  // dgrad: dx (M, K) += dy (M, N) @ w (N, K), from w^T (K, N); bf16 out
+      const auto dx0 = round_bf16(randn(size_t(M) * K, 1e-4f));
+      std::vector<double> ref(size_t(M) * K);
+      for (int m = 0; m < M; ++m)
+        for (int k = 0; k < K; ++k) {
+          double acc = 0;
+          for (int n = 0; n < N; ++n) acc += dy.values[size_t(m) * N + n] * w.values[size_t(n) * K + k];
+          ref[size_t(m) * K + k] = dx0[size_t(m) * K + k] + acc * dy.scale_inv * w.scale_inv;
+        }
+      Tensor tdy = upload_codes(dy.codes, {M, N}, Fp8Format::e5m2);
+      Tensor twt = upload_codes(transpose_codes(w.codes, N, K), {K, N}, Fp8Format::e4m3);
+      Tensor dx = upload(dx0, {M, K}, DType::bf16);
+      kernels::matmul_fp8_backward_input(dx.data<__nv_bfloat16>(), {tdy.raw(), DType::e5m2, sdy.data<float>()},
+                                         {twt.raw(), DType::e4m3, sw.data<float>()}, M, K, N, true, s);
+      const auto got = download(dx);
+      CHECK(rel_err(got, to_float(ref)) < 5e-3);
+      CHECK(beyond_bf16_rounding(got, ref, std::vector<double>(dx0.begin(), dx0.end())) == 0);
+      // The same GEMM with an f32 output accumulated onto dx0: the 1e-3 norm check.
+      Tensor dx32 = upload(dx0, {M, K}, DType::f32);
+      kernels::matmul_cublaslt(dx32.raw(), DType::f32, {twt.raw(), DType::e4m3, sw.data<float>()}, true,
+                               {tdy.raw(), DType::e5m2, sdy.data<float>()}, false, K, M, N, 1.0f, 1.0f,
+                               kernels::MatmulEpilogue::none, nullptr, nullptr, s);
+      CHECK(rel_err(download(dx32), to_float(ref)) < 1e-3);
+    }
+    {  // wgrad: dw (N, K) += dy^T (N, M) @ x (M, K), from dy^T and x^T (K, M); f32 out, beta = 1
+      const auto dw0 = randn(size_t(N) * K, 1e-4f);
+      std::vector<float> ref(size_t(N) * K);
+      for (int n = 0; n < N; ++n)
+        for (int k = 0; k < K; ++k) {
+          double acc = 0;
+          for (int m = 0; m < M; ++m) acc += dy.values[size_t(m) * N + n] * x.values[size_t(m) * K + k];
+          ref[size_t(n) * K + k] = static_cast<float>(dw0[size_t(n) * K + k] + acc * dy.scale_inv * x.scale_inv);
+        }
+      Tensor tdyt = upload_codes(transpose_codes(dy.codes, M, N), {N, M}, Fp8Format::e5m2);
+      Tensor txt = upload_codes(transpose_codes(x.codes, M, K), {K, M}, Fp8Format::e4m3);
+      Tensor dw = upload(dw0, {N, K}, DType::f32);
+      kernels::matmul_fp8_backward_weight(dw.data<float>(), {tdyt.raw(), DType::e5m2, sdy.data<float>()},
+                                          {txt.raw(), DType::e4m3, sx.data<float>()}, M, K, N, true, s);
+      CHECK(rel_err(download(dw), ref) < 1e-3);
+    }
+  }
+}
+
+TEST_CASE("fp8 gemm: rejects sizes that are not multiples of 16 - E5M2 x E5M2 - unaligned scales", "[gpu][fp8]") {
+  Tensor a = Tensor::zeros({32, 32}, DType::e4m3, kGpu), b = Tensor::zeros({32, 32}, DType::e5m2, kGpu);
+  Tensor out = Tensor::zeros({32, 32}, DType::bf16, kGpu), one = device_floats({1.0f, 1.0f});
+  const cudaStream_t s = kernels::compute_stream();
+  CHECK_THROWS_WITH(kernels::matmul_fp8_forward(out.data<__nv_bfloat16>(), {a.raw(), DType::e4m3, one.data<float>()},
+                                                {a.raw(), DType::e4m3, one.data<float>()}, nullptr, 24, 32, 32, s),
+                    Catch::Matchers::ContainsSubstring("multiple of 16"));
+  CHECK_THROWS_WITH(kernels::matmul_fp8_backward_input(out.data<__nv_bfloat16>(),
+                                                       {b.raw(), DType::e5m2, one.data<float>()},
+                                                       {b.raw(), DType::e5m2, one.data<float>()}, 32, 32, 32, true, s),
+                    Catch::Matchers::ContainsSubstring("E5M2 x E5M2"));
+  // Seen on the H200 (cuBLASLt 13): scale pointers at a 4-byte offset make cublasLtMatmul return
+  // "not supported"; the wrapper says why instead.
+  CHECK_THROWS_WITH(kernels::matmul_fp8_forward(out.data<__nv_bfloat16>(),
+                                                {a.raw(), DType::e4m3, one.data<float>() + 1},
+                                                {a.raw(), DType::e4m3, one.data<float>()}, nullptr, 32, 32, 32, s),
+                    Catch::Matchers::ContainsSubstring("16-byte aligned"));
+}
+
+// ------------------------------------------------------------------------------------------------ fp8_linear
+
+namespace {
+
+struct LinearResult {
+  std::vector<float> y, dx, dw, db;
+};
+
+// Two optimizer steps of forward + backward (the first fills the amax history, so the second runs
+// with real delayed scales); returns the second step's outputs and gradients.
+LinearResult run_fp8_linear(Fp8LinearState& st, Device dev, const std::vector<float>& x, const std::vector<float>& w,
+                            const std::vector<float>& b, const std::vector<float>& dy, int64_t M, int64_t IC,
+                            int64_t OC) {
+  const DType dt = dev.is_cuda() ? DType::bf16 : DType::f32;
+  auto put = [&](const std::vector<float>& v, Shape shape, DType d) {
+    return dev.is_cuda() ? upload(v, shape, d) : Tensor::from_vector(v, shape);
+  };
+  LinearResult r;
+  for (int step = 0; step < 2; ++step) {
+    Var xv = make_var(put(x, {M / 8, 8, IC}, dt), true), wv = make_var(put(w, {OC, IC}, dt), true),
+        bv = make_var(put(b, {OC}, dt), true);
+    wv->grad = Tensor::zeros({OC, IC}, DType::f32, dev, MemCategory::gradients);  // f32 like the flat buffer
+    bv->grad = Tensor::zeros({OC}, DType::f32, dev, MemCategory::gradients);
+    Tape tape;
+    Var y;
+    {
+      TapeScope scope(&tape);
+      y = fp8_linear(xv, wv, bv, st);
+      y = fp8_linear(xv, wv, bv, st);  // a second micro-batch: the cached weight is reused
+    }
+    grad_of(y).copy_from(put(dy, {M / 8, 8, OC}, dt));
+    {
+      TapeScope none(nullptr);
+      tape.run_backward();
+    }
+    if (dev.is_cuda()) CUDA_CHECK(cudaDeviceSynchronize());
+    r = {y->value.to_float_vector(), grad_of(xv).to_float_vector(), wv->grad.to_float_vector(),
+         bv->grad.to_float_vector()};
+    st.on_optimizer_step();
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("fp8 linear: CUDA matches the CPU emulation - delayed and current scaling - fp8 and bf16 storage",
+          "[gpu][fp8]") {
+  const int64_t M = 512, IC = 256, OC = 768;
+  const auto x = round_bf16(randn(M * IC, 1.5f)), w = round_bf16(randn(OC * IC, 0.03f));
+  const auto b = round_bf16(randn(OC, 0.1f)), dy = round_bf16(randn(M * OC, 2e-4f));
+  for (Fp8Scaling scaling : {Fp8Scaling::delayed, Fp8Scaling::current}) {
+    for (ActivationStorage storage : {ActivationStorage::fp8, ActivationStorage::bf16}) {
+      Fp8Config cfg;
+      cfg.scaling = scaling;
+      cfg.activation_storage = storage;
+      Fp8LinearState cpu("cpu", cfg), gpu("gpu", cfg);
+      const LinearResult rc = run_fp8_linear(cpu, Device::cpu(), x, w, b, dy, M, IC, OC);
+      const LinearResult rg = run_fp8_linear(gpu, kGpu, x, w, b, dy, M, IC, OC);
+      INFO("current scaling " << (scaling == Fp8Scaling::current) << " fp8 storage "
+                              << (storage == ActivationStorage::fp8));
+      CHECK(rel_err(rg.y, rc.y) < 1e-2);
+      CHECK(rel_err(rg.dx, rc.dx) < 1e-2);
+      CHECK(rel_err(rg.dw, rc.dw) < 1e-3);
+      CHECK(rel_err(rg.db, rc.db) < 1e-4);
+      // The device statistics reached the host metas: same amaxes, saturation and scales, bit for bit.
+      using MetaPair = std::pair<const Fp8TensorMeta*, const Fp8TensorMeta*>;
+      for (auto [mc, mg] : {MetaPair{&cpu.input, &gpu.input}, MetaPair{&cpu.weight, &gpu.weight},
+                            MetaPair{&cpu.grad_output, &gpu.grad_output}}) {
+        CHECK(mg->last_amax == mc->last_amax);
+        CHECK(mg->last_saturated == mc->last_saturated);
+        CHECK(mg->scale == mc->scale);
+        CHECK(mg->history_oldest_first() == mc->history_oldest_first());
+      }
+      CHECK(gpu.weight_casts == 2);  // once per optimizer step, not per micro-batch
+    }
+  }
+}
+
+TEST_CASE("fp8 linear: CUDA rejects rows that are not a multiple of 16 with an actionable message", "[gpu][fp8]") {
+  Fp8LinearState st("h.0.mlp.c_fc", Fp8Config{});
+  Var x = make_var(upload(randn(24 * 64), {24, 64}, DType::bf16), true);
+  Var w = make_var(upload(randn(64 * 64), {64, 64}, DType::bf16), true);
+  CHECK_THROWS_WITH(fp8_linear(x, w, nullptr, st), Catch::Matchers::ContainsSubstring("multiples of 16"));
+}
+
+// ------------------------------------------------------------------------------------------------ model
+
+TEST_CASE("fp8 model: a short FP8 training run on the GPU lowers the loss", "[gpu][fp8][train]") {
+  const fs::path root = fs::temp_directory_path() / fmt::format("fp8t_gpu_fp8_train_{}", ::getpid());
+  fs::create_directories(root / "data");
+  std::mt19937 rng(5);
+  std::vector<uint16_t> perm(200);
+  for (int i = 0; i < 200; ++i) perm[i] = static_cast<uint16_t>(i);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (const char* file : {"train_000000.bin", "val_000000.bin"}) {
+    std::vector<uint16_t> toks(100000);
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = perm[i % 200];
+    write_shard((root / "data" / file).string(), toks);
+  }
+  const std::string yaml = fmt::format(R"(
+run: {{name: gpu-fp8-train, out_dir: {0}/run, device: cuda}}
+model: {{n_layer: 2, n_head: 2, d_model: 128, vocab_size: 300, seq_len: 64}}
+data: {{train: {0}/data/train_*.bin, val: {0}/data/val_*.bin}}
+train: {{micro_batch: 8, max_steps: 30, eval_steps: 4}}
+optim: {{lr: 3.0e-3, warmup_steps: 5}}
+precision: {{compute: fp8, fp8: {{layers: [qkv, proj, fc, fc2, lm_head]}}}}
+)",
+                                       root.string());
+  auto comm = make_single_communicator();
+  const TrainResult r = train(parse_config(yaml, "gpu-fp8-train.yaml"), *comm);
+  INFO("val loss " << r.first_val_loss << " -> " << r.last_val_loss);
+  CHECK(std::isfinite(r.last_val_loss));
+  CHECK(r.last_val_loss < 0.6 * r.first_val_loss);
+  fs::remove_all(root);
+}
