@@ -7,6 +7,7 @@ cd "$(dirname "$0")/../.."
 N=${1:-2}; CFG=${2:-configs/gpt2-124m-bf16.yaml}; B=${3:-16}; STEPS=${4:-50}
 BIN=${FP8T_BIN:-build/fp8train}
 export NCCL_NVLS_ENABLE=0
+mkdir -p runs/dp
 COMMON=(--config "$CFG" --set train.micro_batch="$B" --set train.total_batch_tokens=0 --set train.max_steps="$STEPS"
         --set 'data.val=""' --set run.log_every=10 --set train.checkpoint_every=1000000 --set distributed.timeout_s=120)
 timeout 180 "$BIN" train "${COMMON[@]}" --set run.out_dir=runs/dp/one > runs/dp-one.log 2>&1 || tail -5 runs/dp-one.log
