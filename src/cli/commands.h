@@ -7,5 +7,6 @@ namespace fp8t::cli {
 void add_train(CLI::App& app);
 void add_prepare(CLI::App& app);
 void add_sample(CLI::App& app);
+void add_export(CLI::App& app);
 
 }  // namespace fp8t::cli

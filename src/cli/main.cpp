@@ -1,4 +1,4 @@
-// fp8train command line: train, prepare (and the subcommands that follow the same pattern).
+// fp8train command line: train, prepare, sample, export.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   fp8t::cli::add_train(app);
   fp8t::cli::add_prepare(app);
   fp8t::cli::add_sample(app);
+  fp8t::cli::add_export(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

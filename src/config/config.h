@@ -87,7 +87,7 @@ struct PrecisionConfig {
 struct DistributedConfig {
   int zero_stage = 0;        // 0, 1 or 2
   double bucket_mb = 25;     // gradient bucket size for reduction
-  bool overlap_comm = true;  // reduce buckets during backward on the communication stream
+  bool overlap_comm = true;  // reserved: today stage 2 always overlaps and stages 0/1 reduce after backward
   double timeout_s = 300;    // a collective that takes longer ends every rank with a message
 };
 
