@@ -40,12 +40,7 @@ void add_sample(CLI::App& app) {
     const CheckpointState st = read_checkpoint_state(*dir);
     const Config cfg = parse_config(st.config_yaml, (*dir / "state.json").string());
     GPT model(cfg.model, Device::cpu(), DType::f32, 1);
-    Tensor& master = model.params().master();
-    const auto floats = static_cast<int64_t>(std::filesystem::file_size(*dir / "model.bin") / sizeof(float));
-    FP8T_CHECK(floats >= master.numel(), "{}/model.bin is smaller than the model of its config", dir->string());
-    Tensor full = Tensor::empty({floats}, DType::f32);
-    read_tensor_file(*dir / "model.bin", full);  // may be padded for more ranks: take the prefix
-    master.copy_from(full.slice_flat(0, {master.numel()}));
+    read_tensor_prefix(*dir / "model.bin", model.params().master());
     const auto tok = Gpt2Tokenizer::load(o->vocab);
     std::vector<int> ids = tok.encode(o->prompt);
     if (ids.empty()) ids.push_back(tok.eot());

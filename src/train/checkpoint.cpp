@@ -68,6 +68,18 @@ void read_tensor_file(const fs::path& path, Tensor& t) {
   t.copy_from(host);
 }
 
+void read_tensor_prefix(const fs::path& path, Tensor& t) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  FP8T_CHECK(!ec, "cannot open checkpoint file {}: {}", path.string(), ec.message());
+  FP8T_CHECK(size >= t.nbytes(), "{} holds {} bytes, fewer than the {} its model config needs", path.string(), size,
+             t.nbytes());
+  Tensor full = Tensor::empty({static_cast<int64_t>(size / dtype_size(t.dtype()))}, t.dtype(), Device::cpu(),
+                              MemCategory::workspace);
+  read_tensor_file(path, full);
+  t.copy_from(full.slice_flat(0, t.shape()));
+}
+
 void write_checkpoint_state(const fs::path& dir, const CheckpointState& s) {
   nlohmann::json j = {{"step", s.step},         {"world_size", s.world_size}, {"zero_stage", s.zero_stage},
                       {"tokens", s.tokens},     {"config", s.config_yaml},    {"format", "fp8train-checkpoint-1"}};

@@ -24,6 +24,9 @@ struct CheckpointState {
 std::filesystem::path checkpoint_tmp_dir(const std::filesystem::path& run_dir, int step);
 void write_tensor_file(const std::filesystem::path& path, const Tensor& t);  // raw bytes, fsync'd
 void read_tensor_file(const std::filesystem::path& path, Tensor& t);         // size must match
+// Reads the first t.nbytes() of a file at least that large: model.bin is padded to the world size
+// of the run that wrote it, so a single-process reader takes the prefix.
+void read_tensor_prefix(const std::filesystem::path& path, Tensor& t);
 void write_checkpoint_state(const std::filesystem::path& dir, const CheckpointState& s);
 CheckpointState read_checkpoint_state(const std::filesystem::path& dir);
 std::filesystem::path finalize_checkpoint(const std::filesystem::path& run_dir, int step);

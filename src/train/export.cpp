@@ -42,11 +42,8 @@ ExportStats export_hf_gpt2(const fs::path& checkpoint, const fs::path& out_dir) 
   const ModelConfig& m = cfg.model;
   GPT model(m, Device::cpu(), DType::f32, 1);
   Tensor& master = model.params().master();
-  const auto floats = static_cast<int64_t>(fs::file_size(*dir / "model.bin") / sizeof(float));
-  FP8T_CHECK(floats >= master.numel(), "{}/model.bin is smaller than the model of its config", dir->string());
-  Tensor full = Tensor::empty({floats}, DType::f32, Device::cpu(), MemCategory::workspace);
-  read_tensor_file(*dir / "model.bin", full);  // padded for the world size it was written with
-  const float* src = full.data<float>();
+  read_tensor_prefix(*dir / "model.bin", master);
+  const float* src = master.data<float>();
 
   // Payload in spec order, each tensor F32 little-endian; header lists name, shape and byte range.
   nlohmann::ordered_json header;

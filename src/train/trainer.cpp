@@ -95,7 +95,7 @@ class Trainer {
     }
     log_->info("fp8train: run '{}' on {} x {} ({} backend), {} parameters, {} tokens/step ({} micro-batches "
                "of {}x{} per rank), zero_stage {}",
-               cfg.run.name, world, device_.str(), comm.backend(), model_->num_parameters(), tokens_per_step_,
+               cfg.run.name, world, world > 1 && device_.is_cuda() ? std::string("cuda") : device_.str(), comm.backend(), model_->num_parameters(), tokens_per_step_,
                accum_, cfg.train.micro_batch, cfg.model.seq_len, cfg.distributed.zero_stage);
   }
 
