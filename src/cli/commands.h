@@ -8,5 +8,6 @@ void add_train(CLI::App& app);
 void add_prepare(CLI::App& app);
 void add_sample(CLI::App& app);
 void add_export(CLI::App& app);
+void add_plan(CLI::App& app);
 
 }  // namespace fp8t::cli

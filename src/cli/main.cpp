@@ -1,4 +1,4 @@
-// fp8train command line: train, prepare, sample, export.
+// fp8train command line: train, plan, prepare, sample, export.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   fp8t::cli::add_prepare(app);
   fp8t::cli::add_sample(app);
   fp8t::cli::add_export(app);
+  fp8t::cli::add_plan(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

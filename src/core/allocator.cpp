@@ -1,6 +1,8 @@
 // Accounting shared by all allocators, and the host caching allocator.
 #include "core/allocator.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <memory>
 
@@ -90,6 +92,10 @@ void* CpuAllocator::raw_allocate(size_t bytes, MemCategory cat) {
 }
 
 void CpuAllocator::raw_deallocate(void* ptr, size_t bytes) { free_.emplace(round_block_size(bytes), ptr); }
+
+int64_t CpuAllocator::capacity() const {
+  return static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(::sysconf(_SC_PAGE_SIZE));
+}
 
 void CpuAllocator::release_cached() {
   for (auto& [sz, p] : free_) {

@@ -42,6 +42,8 @@ class Allocator {
   void reset_peaks();
   virtual Device device() const = 0;
   virtual void release_cached() {}  // return pooled blocks to the system
+  // Bytes this device can hold in all (GPU memory, or the host's physical memory).
+  virtual int64_t capacity() const = 0;
 
  protected:
   virtual void* raw_allocate(size_t bytes, MemCategory cat) = 0;  // throws Error with a report on failure
@@ -56,6 +58,7 @@ class CpuAllocator final : public Allocator {
   ~CpuAllocator() override;
   Device device() const override { return Device::cpu(); }
   void release_cached() override;
+  int64_t capacity() const override;
 
  protected:
   void* raw_allocate(size_t bytes, MemCategory cat) override;

@@ -21,6 +21,12 @@ class CudaAllocator final : public Allocator {
     for (auto& [sz, p] : free_) (void)cudaFree(p);
   }
   Device device() const override { return Device::cuda(index_); }
+  int64_t capacity() const override {
+    DeviceGuard guard(index_);
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return static_cast<int64_t>(total_b);
+  }
   void release_cached() override {
     std::lock_guard lk(mu_);
     release_cached_locked();

@@ -1,0 +1,89 @@
+// Memory planner by measurement: activations grow linearly with the micro-batch, everything else
+// is fixed, so two measured points give the whole line.
+#include "train/planner.h"
+
+#include <cmath>
+#include <random>
+
+#include "autograd/tape.h"
+#include "nn/gpt.h"
+#include "optim/adamw.h"
+
+namespace fp8t {
+
+namespace {
+// Peak bytes per category during one forward/backward at micro-batch b.
+MemoryStats measure(GPT& model, const Config& cfg, int b) {
+  const Device d = cfg.run.device;
+  const int T = cfg.model.seq_len;
+  Tensor x = Tensor::empty({b, T}, DType::i32), y = Tensor::empty({b, T}, DType::i32);
+  std::mt19937 rng(static_cast<uint32_t>(b));
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    x.data<int32_t>()[i] = static_cast<int32_t>(rng() % cfg.model.vocab_size);
+    y.data<int32_t>()[i] = static_cast<int32_t>(rng() % cfg.model.vocab_size);
+  }
+  const Tensor xd = x.to(d), yd = y.to(d);
+  Allocator& alloc = allocator_for(d);
+  alloc.reset_peaks();
+  {
+    Tape tape;
+    Var loss;
+    {
+      TapeScope scope(&tape);
+      loss = model.loss(xd, yd, cfg.train.recompute == Recompute::block);
+    }
+    tape.backward(loss);
+    (void)loss->value.to_float_vector();  // wait for the device
+  }
+  return alloc.stats();
+}
+}  // namespace
+
+MemoryPlan plan_memory(const Config& cfg, int world) {
+  FP8T_CHECK(world >= 1, "plan: --world must be >= 1, got {}", world);
+  const DType compute = cfg.run.device.is_cpu() || cfg.precision.compute == ComputeMode::fp32 ? DType::f32
+                                                                                              : DType::bf16;
+  GPT model(cfg.model, cfg.run.device, compute, world, cfg.precision);
+  model.init(cfg.run.seed);
+  ParameterStore& P = model.params();
+  const int64_t shard = P.padded_numel() / world;
+  AdamW optim(cfg.optim, P, 0, cfg.distributed.zero_stage >= 1 ? shard : P.padded_numel());
+
+  (void)measure(model, cfg, 1);  // first touch: FP8 weight caches, GEMM workspace
+  const MemoryStats m1 = measure(model, cfg, 1), m2 = measure(model, cfg, 2);
+  MemoryPlan plan;
+  plan.world = world;
+  plan.micro_batch = cfg.train.micro_batch;
+  for (size_t i = 0; i < kNumMemCategories; ++i) {
+    plan.per_sample[i] = std::max<double>(0.0, static_cast<double>(m2.peak[i] - m1.peak[i]));
+    plan.fixed[i] = static_cast<double>(m1.peak[i]) - plan.per_sample[i];
+  }
+  plan.total_per_sample = std::max<double>(0.0, static_cast<double>(m2.total_peak - m1.total_peak));
+  plan.total_fixed = static_cast<double>(m1.total_peak) - plan.total_per_sample;
+  plan.capacity = allocator_for(cfg.run.device).capacity();
+  const double room = plan.capacity * plan.headroom - plan.total_fixed;
+  plan.max_micro_batch = room <= 0 ? 0
+                         : plan.total_per_sample <= 0
+                             ? 1 << 20
+                             : static_cast<int>(std::floor(room / plan.total_per_sample));
+  return plan;
+}
+
+std::string MemoryPlan::table() const {
+  std::string s = fmt::format("{:<12} {:>14} {:>14} {:>16}\n", "category", "fixed", "per sequence",
+                              fmt::format("at micro_batch {}", micro_batch));
+  for (size_t i = 0; i < kNumMemCategories; ++i) {
+    const auto c = static_cast<MemCategory>(i);
+    s += fmt::format("{:<12} {:>14} {:>14} {:>16}\n", category_name(c), format_bytes(std::llround(fixed[i])),
+                     format_bytes(std::llround(per_sample[i])), format_bytes(std::llround(category(c, micro_batch))));
+  }
+  s += fmt::format("{:<12} {:>14} {:>14} {:>16}\n", "peak", format_bytes(std::llround(total_fixed)),
+                   format_bytes(std::llround(total_per_sample)), format_bytes(std::llround(peak(micro_batch))));
+  s += fmt::format("device capacity {} (planning to {:.0f}%): largest micro_batch that fits: {}{}\n",
+                   format_bytes(capacity), headroom * 100, max_micro_batch,
+                   peak(micro_batch) > capacity * headroom ? fmt::format(" — the configured {} does NOT fit", micro_batch)
+                                                          : "");
+  return s;
+}
+
+}  // namespace fp8t

@@ -1,0 +1,35 @@
+// Memory planner: measures one training micro-step at two micro-batch sizes on the configured
+// device, fits peak bytes = fixed + per_sample x micro_batch per category, and reports the plan at
+// the configured micro-batch and the largest micro-batch that fits.
+#pragma once
+#include <array>
+#include <string>
+
+#include "config/config.h"
+#include "core/allocator.h"
+
+namespace fp8t {
+
+struct MemoryPlan {
+  int world = 1;                                      // ranks the optimizer state is sharded over
+  int micro_batch = 0;                                // the config's
+  std::array<double, kNumMemCategories> fixed{};      // bytes independent of the micro-batch
+  std::array<double, kNumMemCategories> per_sample{}; // bytes per sequence of the micro-batch
+  double total_fixed = 0, total_per_sample = 0;       // of the whole-process peak
+  int64_t capacity = 0;                               // device bytes
+  double headroom = 0.95;                             // fraction of capacity a plan may use
+  int max_micro_batch = 0;                            // largest that fits (0: not even one)
+
+  double peak(int b) const { return total_fixed + total_per_sample * b; }
+  double category(MemCategory c, int b) const {
+    const auto i = static_cast<size_t>(c);
+    return fixed[i] + per_sample[i] * b;
+  }
+  std::string table() const;  // human-readable report
+};
+
+// Runs two forward/backward micro-steps (micro-batches 1 and 2) with `world` ranks' worth of ZeRO
+// sharding applied to the optimizer state. Throws with the usual OOM report if even those fail.
+MemoryPlan plan_memory(const Config& cfg, int world);
+
+}  // namespace fp8t

@@ -1,0 +1,69 @@
+// Memory planner: its linear fit predicts a micro-batch it did not measure, recompute shrinks the
+// per-sequence cost, and the largest micro-batch is the last one under the headroom.
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <random>
+
+#include "config/config.h"
+#include "nn/gpt.h"
+#include "optim/adamw.h"
+#include "train/planner.h"
+
+using namespace fp8t;
+
+namespace {
+Config small(const char* recompute) {
+  return parse_config(fmt::format("model: {{n_layer: 3, n_head: 2, d_model: 32, vocab_size: 500, seq_len: 32}}\n"
+                                  "train: {{micro_batch: 6, recompute: {}}}\n",
+                                  recompute),
+                      "plan.yaml");
+}
+
+int64_t measured_peak(const Config& cfg, int b) {
+  GPT model(cfg.model, Device::cpu(), DType::f32, 1, cfg.precision);
+  model.init(1);
+  AdamW optim(cfg.optim, model.params(), 0, model.params().padded_numel());
+  Tensor x = Tensor::empty({b, 32}, DType::i32), y = Tensor::empty({b, 32}, DType::i32);
+  std::mt19937 rng(7);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    x.data<int32_t>()[i] = static_cast<int32_t>(rng() % 500);
+    y.data<int32_t>()[i] = static_cast<int32_t>(rng() % 500);
+  }
+  allocator_for(Device::cpu()).reset_peaks();
+  Tape tape;
+  Var loss;
+  {
+    TapeScope s(&tape);
+    loss = model.loss(x, y, cfg.train.recompute == Recompute::block);
+  }
+  tape.backward(loss);
+  return allocator_for(Device::cpu()).stats().total_peak;
+}
+}  // namespace
+
+TEST_CASE("plan: the fitted line predicts an unmeasured micro-batch", "[plan]") {
+  const Config cfg = small("none");
+  const MemoryPlan p = plan_memory(cfg, 1);
+  const double predicted = p.peak(6), actual = static_cast<double>(measured_peak(cfg, 6));
+  INFO("predicted " << predicted << " actual " << actual);
+  CHECK(std::abs(predicted - actual) / actual < 0.03);
+  const int64_t padded = GPT(cfg.model, Device::cpu(), DType::f32).params().padded_numel();
+  CHECK(p.category(MemCategory::optimizer, 6) == 8.0 * padded);  // two f32 moments
+  CHECK(p.per_sample[static_cast<size_t>(MemCategory::parameters)] == 0);
+  CHECK(p.peak(p.max_micro_batch) <= p.capacity * p.headroom);
+  CHECK(p.peak(p.max_micro_batch + 1) > p.capacity * p.headroom);
+  CHECK_THAT(p.table(), Catch::Matchers::ContainsSubstring("largest micro_batch that fits"));
+}
+
+TEST_CASE("plan: activation recompute and ZeRO sharding shrink what they should", "[plan]") {
+  const MemoryPlan full = plan_memory(small("none"), 1), recompute = plan_memory(small("block"), 1);
+  CHECK(recompute.per_sample[static_cast<size_t>(MemCategory::activations)] <
+        full.per_sample[static_cast<size_t>(MemCategory::activations)]);
+  Config sharded = small("none");
+  sharded.distributed.zero_stage = 1;
+  const MemoryPlan two = plan_memory(sharded, 2);
+  const auto opt = static_cast<size_t>(MemCategory::optimizer);
+  const int64_t padded2 = GPT(sharded.model, Device::cpu(), DType::f32, 2).params().padded_numel();
+  CHECK(two.fixed[opt] == 8.0 * padded2 / 2);  // this rank's half of both moments
+  CHECK(two.fixed[opt] < 0.51 * full.fixed[opt]);
+}
