@@ -139,9 +139,9 @@ Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st)
   const GradRef x_grad = grad_ref(x);  // the gradient only: x's value is not kept
   Var x_kept = store_fp8 ? Var() : x;
   Fp8Tensor x_saved = store_fp8 ? xq : Fp8Tensor{Tensor(), xq.scale_inv};
-  current_tape()->record("fp8_linear", [&st, x_grad, x_kept, x_saved, x_scale, x_needs_grad, w, b, y, wq, M, IC,
+  current_tape()->record("fp8_linear", [&st, x_grad, x_kept, x_saved, x_scale, x_needs_grad, w, b, yg = grad_ref(y), wq, M, IC,
                                         OC] {
-    const Tensor dy = host_f32_grad(y, "the output", st.name).view({M, OC});
+    const Tensor dy = host_f32_grad(yg, "the output", st.name).view({M, OC});
     Fp8CastStats dstats;
     const Fp8Tensor dyq = fp8_quantize(dy, cast_scale(st.grad_output, dy), st.formats.backward,
                                        MemCategory::workspace, &dstats);
@@ -278,9 +278,9 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   const bool x_needs_grad = x->requires_grad;
   const GradRef x_grad = grad_ref(x);  // the gradient only: x's value is not kept
   Var x_kept = store_fp8 || !w->requires_grad ? Var() : x;  // bf16 storage: x is re-cast in backward
-  current_tape()->record("fp8_linear", [&st, x_grad, x_kept, xq_t, x_scales, x_scale, x_scale_inv, x_needs_grad, w, b, y, M, IC,
+  current_tape()->record("fp8_linear", [&st, x_grad, x_kept, xq_t, x_scales, x_scale, x_scale_inv, x_needs_grad, w, b, yg = grad_ref(y), M, IC,
                                         OC, fwd, bwd] {
-    const Tensor& dy_full = grad_of(y);
+    const Tensor& dy_full = grad_of(yg);  // the output's gradient only: its value is not kept
     expect_cuda(dy_full, DType::bf16, "the output gradient", st.name);
     const Tensor dy = dy_full.view({M, OC});
     const cudaStream_t stream = k::compute_stream();

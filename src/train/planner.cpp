@@ -12,8 +12,9 @@
 namespace fp8t {
 
 namespace {
-// Peak bytes per category during one forward/backward at micro-batch b.
-MemoryStats measure(GPT& model, const Config& cfg, int b) {
+// Peak bytes per category during one forward/backward at micro-batch b; `saved` gets the
+// activation bytes alive between forward and backward (what the tape keeps for backward).
+MemoryStats measure(GPT& model, const Config& cfg, int b, int64_t* saved = nullptr) {
   const Device d = cfg.run.device;
   const int T = cfg.model.seq_len;
   Tensor x = Tensor::empty({b, T}, DType::i32), y = Tensor::empty({b, T}, DType::i32);
@@ -32,6 +33,7 @@ MemoryStats measure(GPT& model, const Config& cfg, int b) {
       TapeScope scope(&tape);
       loss = model.loss(xd, yd, cfg.train.recompute == Recompute::block);
     }
+    if (saved) *saved = alloc.stats().cur(MemCategory::activations);
     tape.backward(loss);
     (void)loss->value.to_float_vector();  // wait for the device
   }
@@ -50,8 +52,10 @@ MemoryPlan plan_memory(const Config& cfg, int world) {
   AdamW optim(cfg.optim, P, 0, cfg.distributed.zero_stage >= 1 ? shard : P.padded_numel());
 
   (void)measure(model, cfg, 1);  // first touch: FP8 weight caches, GEMM workspace
-  const MemoryStats m1 = measure(model, cfg, 1), m2 = measure(model, cfg, 2);
+  int64_t saved1 = 0, saved2 = 0;
+  const MemoryStats m1 = measure(model, cfg, 1, &saved1), m2 = measure(model, cfg, 2, &saved2);
   MemoryPlan plan;
+  plan.saved_per_sample = static_cast<double>(saved2 - saved1);
   plan.world = world;
   plan.micro_batch = cfg.train.micro_batch;
   for (size_t i = 0; i < kNumMemCategories; ++i) {
@@ -79,6 +83,9 @@ std::string MemoryPlan::table() const {
   }
   s += fmt::format("{:<12} {:>14} {:>14} {:>16}\n", "peak", format_bytes(std::llround(total_fixed)),
                    format_bytes(std::llround(total_per_sample)), format_bytes(std::llround(peak(micro_batch))));
+  s += fmt::format("saved for backward: {} per sequence, {} at micro_batch {}\n",
+                   format_bytes(std::llround(saved_per_sample)), format_bytes(std::llround(saved_per_sample * micro_batch)),
+                   micro_batch);
   s += fmt::format("device capacity {} (planning to {:.0f}%): largest micro_batch that fits: {}{}\n",
                    format_bytes(capacity), headroom * 100, max_micro_batch,
                    peak(micro_batch) > capacity * headroom ? fmt::format(" — the configured {} does NOT fit", micro_batch)

@@ -16,6 +16,7 @@ struct MemoryPlan {
   std::array<double, kNumMemCategories> fixed{};      // bytes independent of the micro-batch
   std::array<double, kNumMemCategories> per_sample{}; // bytes per sequence of the micro-batch
   double total_fixed = 0, total_per_sample = 0;       // of the whole-process peak
+  double saved_per_sample = 0;                        // activation bytes the tape keeps for backward
   int64_t capacity = 0;                               // device bytes
   double headroom = 0.95;                             // fraction of capacity a plan may use
   int max_micro_batch = 0;                            // largest that fits (0: not even one)
