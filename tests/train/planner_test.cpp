@@ -67,3 +67,19 @@ TEST_CASE("plan: activation recompute and ZeRO sharding shrink what they should"
   CHECK(two.fixed[opt] == 8.0 * padded2 / 2);  // this rank's half of both moments
   CHECK(two.fixed[opt] < 0.51 * full.fixed[opt]);
 }
+
+TEST_CASE("plan: FP8 activation storage shrinks what the tape keeps for backward", "[plan][fp8]") {
+  // Per layer the tape keeps (in C-vectors per token): fp32 mode 16 (LN inputs 2, linear inputs 1+1+1+4,
+  // qkv 3, GELU input 4); FP8 storage keeps the four linear inputs as 1-byte codes: 11.75 of 16.
+  // A small vocabulary, so the logits do not dominate.
+  const Config base = parse_config("model: {n_layer: 3, n_head: 2, d_model: 64, vocab_size: 64, seq_len: 32}\n", "q.yaml");
+  const MemoryPlan f32 = plan_memory(base, 1);
+  Config fp8 = base;
+  fp8.precision.compute = ComputeMode::fp8;
+  const MemoryPlan q = plan_memory(fp8, 1);
+  INFO("fp32 " << f32.saved_per_sample << " fp8 " << q.saved_per_sample);
+  CHECK(q.saved_per_sample < 0.8 * f32.saved_per_sample);
+  Config bf16_storage = fp8;
+  bf16_storage.precision.fp8.activation_storage = ActivationStorage::bf16;
+  CHECK(plan_memory(bf16_storage, 1).saved_per_sample > 0.95 * f32.saved_per_sample);
+}
