@@ -61,7 +61,8 @@ void add_sample(CLI::App& app) {
       for (int j = 0; j < k; ++j) w[j] = std::exp((cand[j].first - cand[0].first) / std::max(o->temperature, 1e-6));
       const int next = cand[std::discrete_distribution<int>(w.begin(), w.end())(rng)].second;
       ids.push_back(next);
-      fmt::print("{}", tok.decode(std::span<const int>(&ids.back(), 1)));
+      // Raw bytes: a character split over two tokens is completed by the next one in the terminal.
+      fmt::print("{}", tok.decode_bytes(std::span<const int>(&ids.back(), 1)));
       std::fflush(stdout);
     }
     fmt::print("\n");
