@@ -15,6 +15,9 @@ install_packages() {
               libopenmpi-dev openmpi-bin libpcre2-dev libomp-dev)
   local missing=()
   for p in "${pkgs[@]}" libcatch2-dev; do
+    # node and npm may come from outside apt (nodesource, nvm): present is enough.
+    if [ "$p" = nodejs ] && command -v node >/dev/null 2>&1; then continue; fi
+    if [ "$p" = npm ] && command -v npm >/dev/null 2>&1; then continue; fi
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
   done
   # Catch2 must be v3: Debian 12 ships v2, bookworm-backports has v3.
