@@ -1,5 +1,6 @@
-// Softmax cross-entropy: one block per row; an online max/sum in one read of the row, then (in the
-// backward) one more read that writes the gradient in place.
+// Softmax cross-entropy: one block per row. The forward pass reads the row once (an online max/sum)
+// and keeps each row's logsumexp; the backward pass reads the row once more and writes the gradient
+// in place, scaled by a loss gradient it reads from device memory (no host round trip).
 #include "kernels/classifier.cuh"
 #include "kernels/cuda_common.cuh"
 
@@ -11,71 +12,129 @@ namespace {
 
 constexpr int kThreads = 512;
 
-// Returns the row's max and sum of exp(x - max) over the first V columns (every thread gets them).
-__device__ void row_softmax_stats(const bf16* x, int V, float* scratch, float& row_max, float& row_sum) {
+// Online softmax statistics: folds values v[0..n) (masked ones are -INFINITY) into (m, s).
+__device__ __forceinline__ void fold(float& m, float& s, const float* v, int n) {
+  float vmax = -INFINITY;
+  for (int i = 0; i < n; ++i) vmax = fmaxf(vmax, v[i]);
+  if (vmax == -INFINITY) return;
+  const float m_new = fmaxf(m, vmax);
+  float add = 0.0f;
+  for (int i = 0; i < n; ++i) add += __expf(v[i] - m_new);
+  s = s * __expf(m - m_new) + add;  // exp(-inf) = 0 on the first fold
+  m = m_new;
+}
+
+// The row's logsumexp over its first V columns. kVec: 16-byte loads (Vp % 8 == 0, aligned rows).
+template <bool kVec>
+__device__ float row_logsumexp(const bf16* x, int V, int Vp, float* scratch) {
   float m = -INFINITY, s = 0.0f;
-  for (int c = threadIdx.x; c < V; c += blockDim.x) {
-    const float v = __bfloat162float(x[c]);
-    if (v > m) {
-      s = s * __expf(m - v) + 1.0f;
-      m = v;
-    } else {
-      s += __expf(v - m);
+  if constexpr (kVec) {
+#pragma unroll 2
+    for (int c0 = threadIdx.x * 8; c0 < Vp; c0 += blockDim.x * 8) {
+      const auto q = Vec16<bf16>::load(x + c0);
+      float v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = c0 + i < V ? __bfloat162float(q.v[i]) : -INFINITY;
+      fold(m, s, v, 8);
+    }
+  } else {
+    for (int c = threadIdx.x; c < V; c += blockDim.x) {
+      const float v = __bfloat162float(x[c]);
+      fold(m, s, &v, 1);
     }
   }
-  row_max = block_max(m, scratch);
-  row_sum = block_sum(m == -INFINITY ? 0.0f : s * __expf(m - row_max), scratch);
+  const float row_max = block_max(m, scratch);
+  const float row_sum = block_sum(m == -INFINITY ? 0.0f : s * __expf(m - row_max), scratch);
+  return row_max + logf(row_sum);
 }
 
-__global__ void crossentropy_forward_kernel(float* losses, const bf16* logits, const int32_t* targets, int V, int Vp) {
+template <bool kVec>
+__global__ void crossentropy_forward_kernel(float* losses, float* lse, const bf16* logits, const int32_t* targets,
+                                            int V, int Vp) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const bf16* x = logits + row * Vp;
-  float m, s;
-  row_softmax_stats(x, V, scratch, m, s);
+  const float l = row_logsumexp<kVec>(x, V, Vp, scratch);
   if (threadIdx.x == 0) {
     const int t = targets[row];
-    losses[row] = (t >= 0 && t < V) ? m + logf(s) - __bfloat162float(x[t]) : NAN;
+    losses[row] = (t >= 0 && t < V) ? l - __bfloat162float(x[t]) : NAN;
+    lse[row] = l;
   }
 }
 
-__global__ void crossentropy_backward_kernel(bf16* dlogits, const bf16* logits, const int32_t* targets, float dloss,
-                                             int V, int Vp) {
+// One block: *mean = sum(losses) / n.
+__global__ void mean_kernel(float* mean, const float* losses, int64_t n) {
   __shared__ float scratch[32];
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += losses[i];
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) *mean = s / static_cast<float>(n);
+}
+
+template <bool kVec>
+__global__ void crossentropy_backward_kernel(bf16* dlogits, const bf16* logits, const float* lse,
+                                             const int32_t* targets, const float* dloss, float dloss_scale, int V,
+                                             int Vp) {
   const int64_t row = blockIdx.x;
   const bf16* x = logits + row * Vp;
-  float m, s;
-  row_softmax_stats(x, V, scratch, m, s);
-  __syncthreads();  // with dlogits == logits, every read of the row above must precede the writes below
-  const int t = targets[row];
-  const float inv = 1.0f / s;
   bf16* dx = dlogits + row * Vp;
-  for (int c = threadIdx.x; c < Vp; c += blockDim.x) {
-    float g = 0.0f;
-    if (c < V) g = (__expf(__bfloat162float(x[c]) - m) * inv - (c == t ? 1.0f : 0.0f)) * dloss;
-    dx[c] = __float2bfloat16_rn(g);
+  const int t = targets[row];
+  const float l = lse[row], d = *dloss * dloss_scale;
+  // Each element is read and written by the same thread, so dlogits may alias logits.
+  if constexpr (kVec) {
+#pragma unroll 2
+    for (int c0 = threadIdx.x * 8; c0 < Vp; c0 += blockDim.x * 8) {
+      auto q = Vec16<bf16>::load(x + c0);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int c = c0 + i;
+        const float g = c < V ? (__expf(__bfloat162float(q.v[i]) - l) - (c == t ? 1.0f : 0.0f)) * d : 0.0f;
+        q.v[i] = __float2bfloat16_rn(g);
+      }
+      q.store(dx + c0);
+    }
+  } else {
+    for (int c = threadIdx.x; c < Vp; c += blockDim.x) {
+      const float g = c < V ? (__expf(__bfloat162float(x[c]) - l) - (c == t ? 1.0f : 0.0f)) * d : 0.0f;
+      dx[c] = __float2bfloat16_rn(g);
+    }
   }
 }
+
+bool vector_rows(const void* p, int Vp) { return Vp % 8 == 0 && aligned16(p); }
 
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------
 // kernel launchers
 
-void crossentropy_forward(float* losses, const bf16* logits, const int32_t* targets, int64_t BT, int V, int Vp,
-                          cudaStream_t stream) {
+void crossentropy_forward(float* losses, float* lse, float* mean, const bf16* logits, const int32_t* targets,
+                          int64_t BT, int V, int Vp, cudaStream_t stream) {
   FP8T_CHECK(BT > 0 && V > 0 && V <= Vp, "crossentropy_forward: bad sizes BT={} V={} Vp={}", BT, V, Vp);
   FP8T_CHECK(BT <= 0x7fffffff, "crossentropy_forward: BT={} too large for one grid", BT);
-  crossentropy_forward_kernel<<<static_cast<unsigned>(BT), kThreads, 0, stream>>>(losses, logits, targets, V, Vp);
+  const auto blocks = static_cast<unsigned>(BT);
+  if (vector_rows(logits, Vp))
+    crossentropy_forward_kernel<true><<<blocks, kThreads, 0, stream>>>(losses, lse, logits, targets, V, Vp);
+  else
+    crossentropy_forward_kernel<false><<<blocks, kThreads, 0, stream>>>(losses, lse, logits, targets, V, Vp);
   CUDA_CHECK_LAUNCH();
+  if (mean) {
+    mean_kernel<<<1, 1024, 0, stream>>>(mean, losses, BT);
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
-void crossentropy_backward(bf16* dlogits, const bf16* logits, const int32_t* targets, float dloss, int64_t BT, int V,
-                           int Vp, cudaStream_t stream) {
+void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse, const int32_t* targets,
+                           const float* dloss, float dloss_scale, int64_t BT, int V, int Vp, cudaStream_t stream) {
   FP8T_CHECK(BT > 0 && V > 0 && V <= Vp, "crossentropy_backward: bad sizes BT={} V={} Vp={}", BT, V, Vp);
   FP8T_CHECK(BT <= 0x7fffffff, "crossentropy_backward: BT={} too large for one grid", BT);
-  crossentropy_backward_kernel<<<static_cast<unsigned>(BT), kThreads, 0, stream>>>(dlogits, logits, targets, dloss, V,
-                                                                                   Vp);
+  const auto blocks = static_cast<unsigned>(BT);
+  if (vector_rows(logits, Vp) && aligned16(dlogits))
+    crossentropy_backward_kernel<true>
+        <<<blocks, kThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, dloss_scale, V, Vp);
+  else
+    crossentropy_backward_kernel<false>
+        <<<blocks, kThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, dloss_scale, V, Vp);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,4 +1,4 @@
-// LayerNorm: one warp per row for the forward pass and for dinp; dw/db are column sums over row
+// LayerNorm: one warp per row for the forward pass and for dinp, 16-byte loads where rows allow; dw/db are column sums over row
 // chunks, reduced in shared memory and added with one atomic per column per chunk.
 #include "kernels/cuda_common.cuh"
 #include "kernels/layernorm.cuh"
@@ -12,6 +12,34 @@ namespace {
 constexpr float kEps = 1e-5f;
 constexpr int kRowsPerBlock = 8;  // one warp each
 
+// Row access in chunks of 8 elements: 16-byte vectors when the rows allow it (kVec), else scalars
+// with the tail masked. Each lane owns chunks lane, lane + 32, ... of its row.
+template <bool kVec>
+__device__ __forceinline__ void load8(const bf16* p, int c0, int C, float (&v)[8]) {
+  if constexpr (kVec) {
+    const auto q = Vec16<bf16>::load(p + c0);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = __bfloat162float(q.v[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = c0 + i < C ? __bfloat162float(p[c0 + i]) : 0.0f;
+  }
+}
+template <bool kVec>
+__device__ __forceinline__ void store8(bf16* p, int c0, int C, const float (&v)[8]) {
+  if constexpr (kVec) {
+    Vec16<bf16> q;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q.v[i] = __float2bfloat16_rn(v[i]);
+    q.store(p + c0);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (c0 + i < C) p[c0 + i] = __float2bfloat16_rn(v[i]);
+  }
+}
+
+template <bool kVec>
 __global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w,
                                          const bf16* b, int64_t N, int C) {
   const int lane = threadIdx.x % 32;
@@ -19,23 +47,44 @@ __global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, co
   if (row >= N) return;
   const bf16* x = inp + row * C;
   float sum = 0.0f;
-  for (int c = lane; c < C; c += 32) sum += __bfloat162float(x[c]);
+#pragma unroll 4
+  for (int c0 = lane * 8; c0 < C; c0 += 256) {
+    float v[8];
+    load8<kVec>(x, c0, C, v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sum += v[i];
+  }
   const float m = warp_sum(sum) / C;
   float var = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float d = __bfloat162float(x[c]) - m;
-    var += d * d;
+#pragma unroll 4
+  for (int c0 = lane * 8; c0 < C; c0 += 256) {
+    float v[8];
+    load8<kVec>(x, c0, C, v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float d = c0 + i < C ? v[i] - m : 0.0f;
+      var += d * d;
+    }
   }
   const float s = rsqrtf(warp_sum(var) / C + kEps);
   bf16* y = out + row * C;
-  for (int c = lane; c < C; c += 32)
-    y[c] = __float2bfloat16_rn((__bfloat162float(x[c]) - m) * s * __bfloat162float(w[c]) + __bfloat162float(b[c]));
+#pragma unroll 4
+  for (int c0 = lane * 8; c0 < C; c0 += 256) {
+    float v[8], wv[8], bv[8];
+    load8<kVec>(x, c0, C, v);
+    load8<kVec>(w, c0, C, wv);
+    load8<kVec>(b, c0, C, bv);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = (v[i] - m) * s * wv[i] + bv[i];
+    store8<kVec>(y, c0, C, v);
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;
   }
 }
 
+template <bool kVec>
 __global__ void layernorm_backward_dinp_kernel(bf16* dinp, const bf16* dout, const bf16* inp, const bf16* w,
                                                const float* mean, const float* rstd, int64_t N, int C) {
   const int lane = threadIdx.x % 32;
@@ -45,18 +94,34 @@ __global__ void layernorm_backward_dinp_kernel(bf16* dinp, const bf16* dout, con
   const bf16* dy = dout + row * C;
   const float m = mean[row], s = rstd[row];
   float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float norm = (__bfloat162float(x[c]) - m) * s;
-    const float dnorm = __bfloat162float(dy[c]) * __bfloat162float(w[c]);
-    dnorm_sum += dnorm;
-    dnorm_norm_sum += dnorm * norm;
+#pragma unroll 4
+  for (int c0 = lane * 8; c0 < C; c0 += 256) {
+    float xv[8], dv[8], wv[8];
+    load8<kVec>(x, c0, C, xv);
+    load8<kVec>(dy, c0, C, dv);
+    load8<kVec>(w, c0, C, wv);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float dnorm = dv[i] * wv[i];  // zero past the row's end (scalar path)
+      dnorm_sum += dnorm;
+      dnorm_norm_sum += dnorm * (xv[i] - m) * s;
+    }
   }
   const float dnorm_mean = warp_sum(dnorm_sum) / C, dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
   bf16* dx = dinp + row * C;
-  for (int c = lane; c < C; c += 32) {
-    const float norm = (__bfloat162float(x[c]) - m) * s;
-    const float dnorm = __bfloat162float(dy[c]) * __bfloat162float(w[c]);
-    dx[c] = __float2bfloat16_rn(__bfloat162float(dx[c]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
+#pragma unroll 4
+  for (int c0 = lane * 8; c0 < C; c0 += 256) {
+    float xv[8], dv[8], wv[8], acc[8];
+    load8<kVec>(x, c0, C, xv);
+    load8<kVec>(dy, c0, C, dv);
+    load8<kVec>(w, c0, C, wv);
+    load8<kVec>(dx, c0, C, acc);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float norm = (xv[i] - m) * s;
+      acc[i] += (dv[i] * wv[i] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+    store8<kVec>(dx, c0, C, acc);
   }
 }
 
@@ -94,16 +159,24 @@ __global__ void layernorm_backward_dwdb_kernel(float* dw, float* db, const bf16*
 void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b, int64_t N,
                        int C, cudaStream_t stream) {
   FP8T_CHECK(N > 0 && C > 0, "layernorm_forward: bad sizes N={} C={}", N, C);
-  layernorm_forward_kernel<<<ceil_div(N, kRowsPerBlock), 32 * kRowsPerBlock, 0, stream>>>(out, mean, rstd, inp, w, b,
-                                                                                          N, C);
+  const bool vec = C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b);
+  const int blocks = ceil_div(N, kRowsPerBlock), threads = 32 * kRowsPerBlock;
+  if (vec)
+    layernorm_forward_kernel<true><<<blocks, threads, 0, stream>>>(out, mean, rstd, inp, w, b, N, C);
+  else
+    layernorm_forward_kernel<false><<<blocks, threads, 0, stream>>>(out, mean, rstd, inp, w, b, N, C);
   CUDA_CHECK_LAUNCH();
 }
 
 void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
                         const float* mean, const float* rstd, int64_t N, int C, cudaStream_t stream) {
   FP8T_CHECK(N > 0 && C > 0, "layernorm_backward: bad sizes N={} C={}", N, C);
-  layernorm_backward_dinp_kernel<<<ceil_div(N, kRowsPerBlock), 32 * kRowsPerBlock, 0, stream>>>(dinp, dout, inp, w,
-                                                                                                mean, rstd, N, C);
+  const bool vec = C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
+  const int blocks = ceil_div(N, kRowsPerBlock), threads = 32 * kRowsPerBlock;
+  if (vec)
+    layernorm_backward_dinp_kernel<true><<<blocks, threads, 0, stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
+  else
+    layernorm_backward_dinp_kernel<false><<<blocks, threads, 0, stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
   CUDA_CHECK_LAUNCH();
   const int row_chunks = std::clamp(ceil_div(N, 64), 1, 512);
   layernorm_backward_dwdb_kernel<<<dim3(ceil_div(C, 32), row_chunks), dim3(32, 8), 0, stream>>>(dw, db, dout, inp, mean,

@@ -17,19 +17,35 @@ namespace {
 // ------------------------------------------------------------------------------------------------
 // CUDA kernels
 
-// block (32 columns, 8 row lanes); grid (column tiles, row chunks)
+// block (32 column lanes, 8 row lanes); grid (column tiles, row chunks). kVec: each column lane sums 8
+// adjacent columns with 16-byte loads (N % 8 == 0, aligned); else one column per lane.
+template <bool kVec>
 __global__ void column_sum_kernel(float* dbias, const bf16* dout, int M, int N) {
-  __shared__ float s_acc[8][33];
-  const int c = blockIdx.x * 32 + threadIdx.x;
-  float acc = 0.0f;
-  if (c < N)
-    for (int64_t r = blockIdx.y * int64_t{8} + threadIdx.y; r < M; r += int64_t{gridDim.y} * 8)
-      acc += __bfloat162float(dout[r * N + c]);
-  s_acc[threadIdx.y][threadIdx.x] = acc;
+  constexpr int kCols = kVec ? 8 : 1;
+  __shared__ float s_acc[8][32 * kCols + 1];
+  const int c0 = (blockIdx.x * 32 + threadIdx.x) * kCols;
+  float acc[kCols] = {};
+  if (c0 < N) {
+    for (int64_t r = blockIdx.y * int64_t{8} + threadIdx.y; r < M; r += int64_t{gridDim.y} * 8) {
+      if constexpr (kVec) {
+        const auto q = Vec16<bf16>::load(dout + r * N + c0);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] += __bfloat162float(q.v[i]);
+      } else {
+        acc[0] += __bfloat162float(dout[r * N + c0]);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) s_acc[threadIdx.y][threadIdx.x * kCols + i] = acc[i];
   __syncthreads();
-  if (threadIdx.y == 0 && c < N) {
-    for (int k = 1; k < 8; ++k) acc += s_acc[k][threadIdx.x];
-    atomicAdd(&dbias[c], acc);
+  // Thread (x, y) finishes columns x + 32 * j of the tile for j = y, y + 8, ...
+  for (int j = threadIdx.y; j < kCols; j += 8) {
+    const int t = threadIdx.x + 32 * j, c = blockIdx.x * 32 * kCols + t;
+    if (c >= N) continue;
+    float sum = 0.0f;
+    for (int k = 0; k < 8; ++k) sum += s_acc[k][t];
+    atomicAdd(&dbias[c], sum);
   }
 }
 
@@ -55,6 +71,7 @@ cublasLtEpilogue_t lt_epilogue(MatmulEpilogue e) {
     case MatmulEpilogue::gelu: return CUBLASLT_EPILOGUE_GELU;
     case MatmulEpilogue::gelu_bias: return CUBLASLT_EPILOGUE_GELU_BIAS;
     case MatmulEpilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case MatmulEpilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -156,7 +173,8 @@ Plan& get_plan(DeviceContext& ctx, const PlanKey& key) {
   if (key.epilogue == MatmulEpilogue::bias || key.epilogue == MatmulEpilogue::gelu_bias ||
       key.epilogue == MatmulEpilogue::gelu_aux_bias)
     set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(key.d));
-  if (key.epilogue == MatmulEpilogue::gelu_aux_bias) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{key.m});
+  if (key.epilogue == MatmulEpilogue::gelu_aux_bias || key.epilogue == MatmulEpilogue::dgelu)
+    set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{key.m});
   plan->a = key.trans_a ? make_layout(cuda_type(key.a), key.k, key.m) : make_layout(cuda_type(key.a), key.m, key.k);
   plan->b = key.trans_b ? make_layout(cuda_type(key.b), key.n, key.k) : make_layout(cuda_type(key.b), key.k, key.n);
   plan->d = make_layout(cuda_type(key.d), key.m, key.n);
@@ -203,7 +221,8 @@ void matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, con
   const bool has_bias = epilogue == MatmulEpilogue::bias || epilogue == MatmulEpilogue::gelu_bias ||
                         epilogue == MatmulEpilogue::gelu_aux_bias;
   FP8T_CHECK(!has_bias || bias != nullptr, "matmul: bias epilogue without a bias pointer");
-  FP8T_CHECK(epilogue != MatmulEpilogue::gelu_aux_bias || aux != nullptr, "matmul: GELU aux epilogue without aux");
+  const bool has_aux = epilogue == MatmulEpilogue::gelu_aux_bias || epilogue == MatmulEpilogue::dgelu;
+  FP8T_CHECK(!has_aux || aux != nullptr, "matmul: GELU aux epilogue without aux");
   const bool fp8 = a.dtype == DType::e4m3 || a.dtype == DType::e5m2;
   FP8T_CHECK(fp8 == (b.dtype == DType::e4m3 || b.dtype == DType::e5m2),
              "matmul: both operands must be FP8 or neither, got {} and {}", dtype_name(a.dtype), dtype_name(b.dtype));
@@ -222,7 +241,7 @@ void matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, con
                     b.dtype, d_dtype, epilogue, alignment_of(a.data), alignment_of(b.data), alignment_of(d), has_bias ? alignment_of(bias) : 256};
   Plan& plan = get_plan(ctx, key);
   if (has_bias) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-  if (epilogue == MatmulEpilogue::gelu_aux_bias) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+  if (has_aux) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   if (a.scale) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a.scale);
   if (b.scale) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b.scale);
   CUBLAS_CHECK(cublasLtMatmul(ctx.handle, plan.desc, &alpha, a.data, plan.a, b.data, plan.b, &beta, d, plan.d, d,
@@ -250,6 +269,20 @@ void matmul_backward_input(bf16* dinp, const bf16* dout, const bf16* weight, int
   // dinp^T (K, M) = W^T (K, N) [W stored (K, N) column-major] @ dout^T (N, M)
   matmul_cublaslt(dinp, DType::bf16, {weight, DType::bf16}, false, {dout, DType::bf16}, false, K, M, N, 1.0f,
                   accumulate ? 1.0f : 0.0f, MatmulEpilogue::none, nullptr, nullptr, stream);
+}
+
+void matmul_forward_gelu(bf16* out, bf16* pre, const bf16* inp, const bf16* weight, const bf16* bias, int M, int K,
+                         int N, cudaStream_t stream) {
+  // As matmul_forward; the aux output pre^T (N, M) has leading dimension N, as out^T does.
+  matmul_cublaslt(out, DType::bf16, {weight, DType::bf16}, true, {inp, DType::bf16}, false, N, M, K, 1.0f, 0.0f,
+                  MatmulEpilogue::gelu_aux_bias, bias, pre, stream);
+}
+
+void matmul_backward_input_dgelu(bf16* dpre, const bf16* dout, const bf16* weight, const bf16* pre, int M, int K,
+                                 int N, cudaStream_t stream) {
+  // As matmul_backward_input with beta 0; pre^T (K, M) has leading dimension K, as dpre^T does.
+  matmul_cublaslt(dpre, DType::bf16, {weight, DType::bf16}, false, {dout, DType::bf16}, false, K, M, N, 1.0f, 0.0f,
+                  MatmulEpilogue::dgelu, nullptr, const_cast<bf16*>(pre), stream);
 }
 
 void matmul_backward_weight(float* dweight, const bf16* dout, const bf16* inp, int M, int K, int N, bool accumulate,
@@ -286,7 +319,10 @@ void matmul_fp8_backward_weight(float* dweight, const MatmulOperand& dout_t, con
 void matmul_backward_bias(float* dbias, const bf16* dout, int M, int N, cudaStream_t stream) {
   FP8T_CHECK(M > 0 && N > 0, "matmul_backward_bias: bad sizes M={} N={}", M, N);
   const int row_chunks = std::clamp(ceil_div(M, 64), 1, 512);
-  column_sum_kernel<<<dim3(ceil_div(N, 32), row_chunks), dim3(32, 8), 0, stream>>>(dbias, dout, M, N);
+  if (N % 8 == 0 && aligned16(dout))
+    column_sum_kernel<true><<<dim3(ceil_div(N, 256), row_chunks), dim3(32, 8), 0, stream>>>(dbias, dout, M, N);
+  else
+    column_sum_kernel<false><<<dim3(ceil_div(N, 32), row_chunks), dim3(32, 8), 0, stream>>>(dbias, dout, M, N);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -16,6 +16,7 @@ enum class MatmulEpilogue : uint8_t {
   gelu,           // D = gelu(A B)
   gelu_bias,      // D = gelu(A B + bias)
   gelu_aux_bias,  // D = gelu(A B + bias), and the pre-GELU values are written to `aux` (for backward)
+  dgelu,          // D = (A B) * gelu'(aux), aux holding the pre-GELU values (D's type and layout)
 };
 
 // One GEMM operand: its data, element type, and (FP8 only) a device pointer to its f32 dequantisation
@@ -41,6 +42,14 @@ void matmul_forward(void* out, DType out_dtype, const __nv_bfloat16* inp, const 
 // dinp (M, K) bf16 (+)= dout (M, N) @ weight (N, K)
 void matmul_backward_input(__nv_bfloat16* dinp, const __nv_bfloat16* dout, const __nv_bfloat16* weight, int M, int K,
                            int N, bool accumulate, cudaStream_t stream);
+// out (M, N) bf16 = gelu(inp (M, K) @ weight (N, K)^T + bias (N)), pre (M, N) bf16 = the pre-GELU values
+void matmul_forward_gelu(__nv_bfloat16* out, __nv_bfloat16* pre, const __nv_bfloat16* inp,
+                         const __nv_bfloat16* weight, const __nv_bfloat16* bias, int M, int K, int N,
+                         cudaStream_t stream);
+// dpre (M, K) bf16 = (dout (M, N) @ weight (N, K)) * gelu'(pre (M, K)): the gradient through a GELU whose
+// output fed this GEMM. Overwrites dpre.
+void matmul_backward_input_dgelu(__nv_bfloat16* dpre, const __nv_bfloat16* dout, const __nv_bfloat16* weight,
+                                 const __nv_bfloat16* pre, int M, int K, int N, cudaStream_t stream);
 // dweight (N, K) f32 (+)= dout (M, N)^T @ inp (M, K)
 void matmul_backward_weight(float* dweight, const __nv_bfloat16* dout, const __nv_bfloat16* inp, int M, int K, int N,
                             bool accumulate, cudaStream_t stream);

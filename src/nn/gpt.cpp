@@ -208,9 +208,15 @@ Var GPT::block(int l, const Var& x) {
   h = dense(LinearKind::proj, l, h, P.var(p + "attn.c_proj.weight"), P.var(p + "attn.c_proj.bias"));
   Var x1 = add(x, h);
   h = layernorm(x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
-  h = dense(LinearKind::fc, l, h, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"));
-  h = gelu(h);
-  h = dense(LinearKind::fc2, l, h, P.var(p + "mlp.c_proj.weight"), P.var(p + "mlp.c_proj.bias"));
+  const auto& fp8_row = fp8_block_[static_cast<size_t>(l)];
+  if (!fp8_row[static_cast<size_t>(LinearKind::fc)] && !fp8_row[static_cast<size_t>(LinearKind::fc2)]) {
+    h = gelu_mlp(h, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"), P.var(p + "mlp.c_proj.weight"),
+                 P.var(p + "mlp.c_proj.bias"));
+  } else {
+    h = dense(LinearKind::fc, l, h, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"));
+    h = gelu(h);
+    h = dense(LinearKind::fc2, l, h, P.var(p + "mlp.c_proj.weight"), P.var(p + "mlp.c_proj.bias"));
+  }
   return add(x1, h);
 }
 

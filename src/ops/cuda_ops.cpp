@@ -119,8 +119,39 @@ void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const 
                     to_int(M, op), to_int(K, op), to_int(N, op), k::compute_stream());
 }
 
+void matmul_forward_gelu(Tensor& out, Tensor& pre, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
+  const char* op = "matmul_forward_gelu";
+  expect(inp, DType::bf16, op, "inp");
+  expect(weight, DType::bf16, op, "weight");
+  expect(bias, DType::bf16, op, "bias");
+  expect(out, DType::bf16, op, "out");
+  expect(pre, DType::bf16, op, "pre");
+  FP8T_CHECK(weight.ndim() == 2, "{}: weight must be (N, K), got {}", op, weight.str());
+  const int64_t N = weight.dim(0), K = weight.dim(1), M = rows_of(inp);
+  FP8T_CHECK(inp.dim(-1) == K, "{}: inp {} does not match weight {}", op, inp.str(), weight.str());
+  FP8T_CHECK(out.dim(-1) == N && rows_of(out) == M, "{}: out {} should be ({} rows, {})", op, out.str(), M, N);
+  expect_numel(pre, M * N, op, "pre");
+  expect_numel(bias, N, op, "bias");
+  k::matmul_forward_gelu(out.data<bf16>(), pre.data<bf16>(), inp.data<bf16>(), weight.data<bf16>(), bias.data<bf16>(),
+                         to_int(M, op), to_int(K, op), to_int(N, op), k::compute_stream());
+}
+
+void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weight, const Tensor& pre) {
+  const char* op = "matmul_backward_dgelu";
+  expect(dpre, DType::bf16, op, "dpre");
+  expect(dout, DType::bf16, op, "dout");
+  expect(weight, DType::bf16, op, "weight");
+  expect(pre, DType::bf16, op, "pre");
+  const int64_t N = weight.dim(0), K = weight.dim(1), M = rows_of(dout);
+  FP8T_CHECK(dout.dim(-1) == N, "{}: dout {} does not match weight {}", op, dout.str(), weight.str());
+  expect_numel(dpre, M * K, op, "dpre");
+  expect_numel(pre, M * K, op, "pre");
+  k::matmul_backward_input_dgelu(dpre.data<bf16>(), dout.data<bf16>(), weight.data<bf16>(), pre.data<bf16>(),
+                                 to_int(M, op), to_int(K, op), to_int(N, op), k::compute_stream());
+}
+
 void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
-                     const Tensor& weight) {
+                     const Tensor& weight, bool accumulate_dinp) {
   const char* op = "matmul_backward";
   expect(dout, DType::bf16, op, "dout");
   expect(inp, DType::bf16, op, "inp");
@@ -133,13 +164,13 @@ void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor&
     expect(*dinp, DType::bf16, op, "dinp");
     expect_numel(*dinp, M * K, op, "dinp");
     k::matmul_backward_input(dinp->data<bf16>(), dout.data<bf16>(), weight.data<bf16>(), to_int(M, op), to_int(K, op),
-                             to_int(N, op), /*accumulate=*/true, s);
+                             to_int(N, op), accumulate_dinp, s);
   }
   if (dweight) {
     expect(*dweight, DType::f32, op, "dweight");
     expect_numel(*dweight, N * K, op, "dweight");
     k::matmul_backward_weight(dweight->data<float>(), dout.data<bf16>(), inp.data<bf16>(), to_int(M, op), to_int(K, op),
-                              to_int(N, op), /*accumulate=*/true, s);
+                              to_int(N, op), accumulate_dinp, s);
   }
   if (dbias) {
     expect(*dbias, DType::f32, op, "dbias");
@@ -251,31 +282,44 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
                         to_int(C / n_head, op), k::compute_stream());
 }
 
-void crossentropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t vocab_size) {
+void crossentropy_forward(Tensor& losses, Tensor& lse, Tensor* mean, const Tensor& logits, const Tensor& targets,
+                          int64_t vocab_size) {
   const char* op = "crossentropy_forward";
   expect(logits, DType::bf16, op, "logits");
   expect(targets, DType::i32, op, "targets");
   expect(losses, DType::f32, op, "losses");
+  expect(lse, DType::f32, op, "lse");
   const int64_t Vp = logits.dim(-1), BT = rows_of(logits);
   FP8T_CHECK(vocab_size > 0 && vocab_size <= Vp, "{}: vocab_size {} outside (0, {}]", op, vocab_size, Vp);
   expect_numel(targets, BT, op, "targets");
   expect_numel(losses, BT, op, "losses");
-  k::crossentropy_forward(losses.data<float>(), logits.data<bf16>(), targets.data<int32_t>(), BT, to_int(vocab_size, op),
-                          to_int(Vp, op), k::compute_stream());
+  expect_numel(lse, BT, op, "lse");
+  if (mean) {
+    expect(*mean, DType::f32, op, "mean");
+    expect_numel(*mean, 1, op, "mean");
+  }
+  k::crossentropy_forward(losses.data<float>(), lse.data<float>(), mean ? mean->data<float>() : nullptr,
+                          logits.data<bf16>(), targets.data<int32_t>(), BT, to_int(vocab_size, op), to_int(Vp, op),
+                          k::compute_stream());
 }
 
-void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
-                           int64_t vocab_size) {
+void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
+                           const Tensor& dloss, float dloss_scale, int64_t vocab_size) {
   const char* op = "crossentropy_backward";
   expect(logits, DType::bf16, op, "logits");
   expect(dlogits, DType::bf16, op, "dlogits");
   expect(targets, DType::i32, op, "targets");
+  expect(lse, DType::f32, op, "lse");
+  expect(dloss, DType::f32, op, "dloss");
   const int64_t Vp = logits.dim(-1), BT = rows_of(logits);
   FP8T_CHECK(vocab_size > 0 && vocab_size <= Vp, "{}: vocab_size {} outside (0, {}]", op, vocab_size, Vp);
   expect_shape(dlogits, logits.shape(), op, "dlogits");
   expect_numel(targets, BT, op, "targets");
-  k::crossentropy_backward(dlogits.data<bf16>(), logits.data<bf16>(), targets.data<int32_t>(), dloss, BT,
-                           to_int(vocab_size, op), to_int(Vp, op), k::compute_stream());
+  expect_numel(lse, BT, op, "lse");
+  expect_numel(dloss, 1, op, "dloss");
+  k::crossentropy_backward(dlogits.data<bf16>(), logits.data<bf16>(), lse.data<float>(), targets.data<int32_t>(),
+                           dloss.data<float>(), dloss_scale, BT, to_int(vocab_size, op), to_int(Vp, op),
+                           k::compute_stream());
 }
 
 }  // namespace fp8t::cuda_ops

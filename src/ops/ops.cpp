@@ -44,6 +44,17 @@ Tensor grad_or_scratch(const Var& v, DType scratch_dtype) {
 }
 #endif
 
+#ifdef FP8T_HAVE_CUDA
+// The gradient of v for an op that can overwrite or accumulate: one that does not exist yet is
+// allocated uninitialised and `accumulate` is false, so the op writes it without a zero fill.
+Tensor grad_for_write(const Var& v, bool& accumulate) {
+  accumulate = v->grad.defined();
+  if (!accumulate) v->grad = Tensor::empty(v->value.shape(), v->value.dtype(), v->value.device(),
+                                           MemCategory::activations);
+  return v->grad;
+}
+#endif
+
 template <typename F>
 const F* cptr(const Tensor& t) {
   return t.data<F>();
@@ -135,12 +146,13 @@ Var linear(const Var& x, const Var& w, const Var& b) {
       const Tensor& dout = grad_of(yg);
       if (dout.device().is_cuda()) {
         FP8T_ON_CUDA("linear backward", {
-          Tensor dx = x->requires_grad ? grad_of(x).view({M, IC}) : Tensor();
+          bool accumulate = true;
+          Tensor dx = x->requires_grad ? grad_for_write(x, accumulate).view({M, IC}) : Tensor();
           Tensor dw = w->requires_grad ? grad_of(w) : Tensor();
           Tensor db = b && b->requires_grad ? grad_of(b) : Tensor();
           cuda_ops::matmul_backward(dx.defined() ? &dx : nullptr, dw.defined() ? &dw : nullptr,
                                     db.defined() ? &db : nullptr, dout.view({M, OC}), x->value.view({M, IC}),
-                                    w->value);
+                                    w->value, accumulate);
         });
         return;
       }
@@ -151,6 +163,61 @@ Var linear(const Var& x, const Var& w, const Var& b) {
     });
   }
   return y;
+}
+
+// ---------------------------------------------------------------- GELU MLP
+
+Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2) {
+  const Tensor& xv = x->value;
+  const bool fusable = xv.device().is_cuda() && xv.dtype() == DType::bf16 && b1 && b2 && w1->value.ndim() == 2 &&
+                       w2->value.ndim() == 2 && xv.ndim() >= 1 && xv.dim(-1) == w1->value.dim(1) &&
+                       w2->value.dim(1) == w1->value.dim(0) && xv.dim(-1) % 8 == 0 && w1->value.dim(0) % 8 == 0 &&
+                       w2->value.dim(0) % 8 == 0;
+  if (!fusable) return linear(gelu(linear(x, w1, b1)), w2, b2);
+  Tensor out;
+#ifdef FP8T_HAVE_CUDA
+  for (const Var* p : {&w1, &b1, &w2, &b2}) {
+    check_same_dtype("gelu_mlp", xv, (*p)->value);
+    check_same_device("gelu_mlp", xv, (*p)->value);
+  }
+  const int64_t IC = xv.dim(-1), H = w1->value.dim(0), OC = w2->value.dim(0), M = xv.numel() / IC;
+  FP8T_CHECK(b1->value.numel() == H && b2->value.numel() == OC, "gelu_mlp: biases {} and {} must have {} and {} elements",
+             b1->value.str(), b2->value.str(), H, OC);
+  Tensor pre = Tensor::empty({M, H}, DType::bf16, xv.device(), MemCategory::activations);
+  Tensor h = Tensor::empty({M, H}, DType::bf16, xv.device(), MemCategory::activations);
+  Shape oshape = xv.shape();
+  oshape.back() = OC;
+  out = Tensor::empty(oshape, DType::bf16, xv.device(), MemCategory::activations);
+  cuda_ops::matmul_forward_gelu(h, pre, xv.view({M, IC}), w1->value, b1->value);
+  Tensor out2 = out.view({M, OC});
+  cuda_ops::matmul_forward(out2, h, w2->value, &b2->value);
+  Var y = make_output(std::move(out));
+  if (needs_grad(x, w1, b1, w2, b2)) {
+    y->requires_grad = true;
+    current_tape()->record("gelu_mlp", [x, w1, b1, w2, b2, pre, h, yg = grad_ref(y), M, IC, H, OC] {
+      const Tensor dout = grad_of(yg).view({M, OC});
+      Tensor dw2 = w2->requires_grad ? grad_of(w2) : Tensor();
+      Tensor db2 = b2->requires_grad ? grad_of(b2) : Tensor();
+      if (dw2.defined() || db2.defined())
+        cuda_ops::matmul_backward(nullptr, dw2.defined() ? &dw2 : nullptr, db2.defined() ? &db2 : nullptr, dout, h,
+                                  w2->value);
+      if (!needs_grad(x, w1, b1)) return;
+      // d(pre) straight from the second GEMM's epilogue: no GELU pass, no zero-filled buffers.
+      Tensor dpre = Tensor::empty({M, H}, DType::bf16, pre.device(), MemCategory::activations);
+      cuda_ops::matmul_backward_dgelu(dpre, dout, w2->value, pre);
+      bool accumulate = true;
+      Tensor dx = x->requires_grad ? grad_for_write(x, accumulate).view({M, IC}) : Tensor();
+      Tensor dw1 = w1->requires_grad ? grad_of(w1) : Tensor();
+      Tensor db1 = b1->requires_grad ? grad_of(b1) : Tensor();
+      cuda_ops::matmul_backward(dx.defined() ? &dx : nullptr, dw1.defined() ? &dw1 : nullptr,
+                                db1.defined() ? &db1 : nullptr, dpre, x->value.view({M, IC}), w1->value, accumulate);
+    });
+  }
+  return y;
+#else
+  FP8T_FAIL("gelu_mlp: tensor is on a CUDA device but this build has no CUDA (reconfigure with -DFP8T_CUDA=ON)");
+  return make_output(std::move(out));
+#endif
 }
 
 // ---------------------------------------------------------------- layernorm
@@ -254,8 +321,24 @@ Var add(const Var& a, const Var& b) {
     // Only gradient handles are held: add needs neither input's value in backward.
     current_tape()->record("add", [ag = grad_ref(a), bg = grad_ref(b), yg = grad_ref(y)] {
       const Tensor& dout = grad_of(yg);
-      if (ag.requires_grad) add_(grad_of(ag), dout);
-      if (bg.requires_grad) add_(grad_of(bg), dout);  // a == b accumulates twice, as it should
+      // A gradient that does not exist yet takes d(out) as it is instead of a zero fill and an add:
+      // `a` shares d(out)'s buffer (y's backward is done, so nothing else writes it), `b` gets a copy
+      // (later accumulation into a's gradient must not reach b's). With a == b the shared buffer is
+      // then doubled in place, as it should be.
+      if (ag.requires_grad) {
+        if (!ag.cell->defined() && dout.dtype() == ag.dtype && dout.device() == ag.device)
+          *ag.cell = dout.view(ag.shape);
+        else
+          add_(grad_of(ag), dout);
+      }
+      if (bg.requires_grad) {
+        if (!bg.cell->defined() && dout.dtype() == bg.dtype && dout.device() == bg.device) {
+          *bg.cell = Tensor::empty(bg.shape, bg.dtype, bg.device, MemCategory::activations);
+          bg.cell->copy_from(dout);
+        } else {
+          add_(grad_of(bg), dout);
+        }
+      }
     });
   }
   return y;
@@ -310,14 +393,13 @@ Var cross_entropy(const Var& logits, const Tensor& targets, int64_t vocab_size) 
   FP8T_CHECK(V > 0 && V <= Vp, "cross_entropy: vocab_size {} must be in [1, Vp = {}]", V, Vp);
   check_same_device("cross_entropy", lv, targets);
   Tensor loss;  // (1) mean over the B*T tokens
+  Tensor lse;   // (B*T) per-token logsumexp, kept for the CUDA backward
   if (lv.device().is_cuda()) {
     FP8T_ON_CUDA("cross_entropy", {
       Tensor losses = Tensor::empty({BT}, DType::f32, lv.device(), MemCategory::activations);
-      cuda_ops::crossentropy_forward(losses, lv, targets, V);
-      // No device reduction op exists yet: the mean is taken on the host (one sync per step).
-      double sum = 0.0;
-      for (float l : losses.to_float_vector()) sum += l;
-      loss = Tensor::from_vector({static_cast<float>(sum / double(BT))}, {1}).to(lv.device());
+      lse = Tensor::empty({BT}, DType::f32, lv.device(), MemCategory::activations);
+      loss = Tensor::empty({1}, DType::f32, lv.device(), MemCategory::activations);
+      cuda_ops::crossentropy_forward(losses, lse, &loss, lv, targets, V);  // the mean stays on the device
     });
   } else {
     const int32_t* tgt = targets.data<int32_t>();
@@ -336,17 +418,18 @@ Var cross_entropy(const Var& logits, const Tensor& targets, int64_t vocab_size) 
   Var y = make_output(std::move(loss));
   if (needs_grad(logits)) {
     y->requires_grad = true;
-    current_tape()->record("cross_entropy", [logits, targets, y, BT, V, Vp] {
+    current_tape()->record("cross_entropy", [logits, targets, y, lse, BT, V, Vp] {
       const Tensor& dy = grad_of(y);
       if (dy.device().is_cuda()) {
-        // Each token's loss gets d(mean)/d(loss_i) = dy / BT. The fused kernel overwrites dlogits,
-        // so the logits must feed nothing but this loss (as the lm_head output does).
+        // Each token's loss gets d(mean)/d(loss_i) = dy / BT, read by the kernel from the device. The
+        // fused kernel overwrites dlogits, so the logits must feed nothing but this loss (as the
+        // lm_head output does).
         FP8T_ON_CUDA("cross_entropy backward", {
-          const float dloss = dy.to_float_vector()[0] / static_cast<float>(BT);
           // In place: d(logits) overwrites the logits (nothing else reads them), saving a (B, T, Vp)
           // buffer and its zero fill.
           if (!logits->grad.defined()) logits->grad = logits->value;
-          cuda_ops::crossentropy_backward(logits->grad, logits->value, targets, dloss, V);
+          cuda_ops::crossentropy_backward(logits->grad, logits->value, lse, targets, dy,
+                                          1.0f / static_cast<float>(BT), V);
         });
         return;
       }

@@ -24,6 +24,9 @@ Var linear(const Var& x, const Var& w, const Var& b);
 Var layernorm(const Var& x, const Var& w, const Var& b);
 // tanh-approximate GELU, elementwise
 Var gelu(const Var& x);
+// linear(gelu(linear(x, w1, b1)), w2, b2). On CUDA in BF16 the GELU runs in the GEMM epilogues (forward:
+// GELU with the pre-activation kept; backward: d(GELU) on the second GEMM's input gradient).
+Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2);
 // a + b, same shape
 Var add(const Var& a, const Var& b);
 // qkv (B, T, 3C) laid out [q | k | v], heads contiguous in C  ->  causal attention output (B, T, C)

@@ -129,7 +129,7 @@ class Trainer {
     allocator_for(device_).reset_peaks();
     ParameterStore& P = model_->params();
     P.zero_grads();
-    double loss_sum = 0;
+    Tensor loss_sum;  // summed on the device: one host read per step, not one per micro-step
     for (int micro = 0; micro < accum_; ++micro) {
       batch_->load(*train_loader_);
       Tape tape;
@@ -142,9 +142,11 @@ class Trainer {
       }
       if (last_micro) tape.set_progress_hook(reducer_->backward_hook());
       tape.backward(loss, 1.0f / static_cast<float>(accum_));
-      loss_sum += loss->value.to_float_vector()[0];
+      if (!loss_sum.defined()) loss_sum = zeros_like(loss->value, loss->value.dtype());
+      add_(loss_sum, loss->value);
     }
-    const double loss = scalar_sum_over_ranks(comm_, loss_sum / accum_, device_) / comm_.size();
+    const double local_loss = loss_sum.to_float_vector()[0] / accum_;
+    const double loss = scalar_sum_over_ranks(comm_, local_loss, device_) / comm_.size();
 
     // Gradients: sum over ranks (stage 0: everywhere; stages 1, 2: only this rank's shard).
     const int world = comm_.size();
