@@ -1,5 +1,9 @@
-// FP8 cast kernels (plain and with transpose), the amax pass and the device scale update.
+// FP8 cast kernels (plain and with transpose), the amax pass and the device scale update. The casts
+// are memory-bound (2 or 4 bytes read and 1 or 2 written per element): 16-byte loads, codes packed
+// into 8- and 16-byte stores, the transpose staged through shared memory.
 #include <cuda_fp8.h>
+
+#include <cstring>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/fp8_cast.cuh"
@@ -13,15 +17,40 @@ namespace {
 constexpr int kThreads = 256;
 
 template <Fp8Format F>
+constexpr uint32_t kNanCode = F == Fp8Format::e4m3 ? 0x7F : 0x7E;  // the host codec's NaN
+
+template <Fp8Format F>
 __device__ __forceinline__ uint8_t to_fp8(float v) {
   // NaN gets the host codec's canonical code explicitly: the hardware keeps NaN payload/sign bits.
-  if (isnan(v)) return F == Fp8Format::e4m3 ? 0x7F : 0x7E;
+  if (isnan(v)) return kNanCode<F>;
   return static_cast<uint8_t>(
       __nv_cvt_float_to_fp8(v, __NV_SATFINITE, F == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2));
 }
 
+// Two codes, a in the low byte. On sm_89+ one cvt.rn.satfinite.{e4m3,e5m2}x2.f32, the instruction the
+// one-value __nv_cvt_float_to_fp8 issues with a zero in the other lane (lanes convert independently);
+// before sm_89 it calls the one-value form twice. So each byte equals to_fp8<F> except for NaN.
+template <Fp8Format F>
+__device__ __forceinline__ uint32_t to_fp8x2(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, F == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2);
+}
+
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+
+// Eight consecutive elements from a 16-byte aligned address.
+__device__ __forceinline__ void load8(const bf16* p, float (&x)[8]) {
+  const auto v = Vec16<bf16>::load(p);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) x[j] = __bfloat162float(v.v[j]);
+}
+__device__ __forceinline__ void load8(const float* p, float (&x)[8]) {
+  const auto v0 = Vec16<float>::load(p), v1 = Vec16<float>::load(p + 4);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) x[j] = v0.v[j], x[j + 4] = v1.v[j];
+}
+
+__device__ __forceinline__ uint8_t byte_of(uint32_t w, int b) { return static_cast<uint8_t>(w >> (8 * b)); }
 
 // Per-thread running statistics: |x| as float bits (unsigned order = float order for |x|, and every
 // NaN compares above +inf, so NaN sticks), and the saturation count.
@@ -34,10 +63,35 @@ struct ThreadStats {
   }
 };
 
-// One atomic per block for each statistic. blockDim.x * blockDim.y == kThreads.
+// Eight values -> eight codes (x[j] in byte j % 4 of word j / 4), each bit-exactly to_fp8<F>(x[j] *
+// scale), with their statistics. A zero adds nothing to the statistics (also when scale is inf or NaN:
+// a NaN product is not counted as saturated), so tiles pad with zeros.
+template <Fp8Format F>
+__device__ __forceinline__ uint2 convert8(const float (&x)[8], float scale, ThreadStats& st) {
+  float v[8];
+  bool any_nan = false;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    v[j] = __fmul_rn(x[j], scale);  // the f32 product, as the host codec takes it
+    st.add(x[j], v[j], fp8_max(F));
+    any_nan |= isnan(v[j]);
+  }
+  uint32_t w[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    w[h] = to_fp8x2<F>(v[4 * h], v[4 * h + 1]) | to_fp8x2<F>(v[4 * h + 2], v[4 * h + 3]) << 16;
+  if (any_nan) {  // rare: replace whatever NaN code the conversion kept by the canonical one
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      if (isnan(v[j])) w[j / 4] = (w[j / 4] & ~(0xFFu << 8 * (j % 4))) | kNanCode<F> << 8 * (j % 4);
+  }
+  return {w[0], w[1]};
+}
+
+// One atomic per block for each statistic (blockDim.x == kThreads).
 __device__ __forceinline__ void flush_stats(ThreadStats s, Fp8CastOutputs out) {
   __shared__ unsigned s_amax[kThreads / 32], s_sat[kThreads / 32];
-  const int tid = threadIdx.y * blockDim.x + threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   s.amax_bits = __reduce_max_sync(0xffffffffu, s.amax_bits);
   s.saturated = __reduce_add_sync(0xffffffffu, s.saturated);
   if (lane == 0) {
@@ -45,7 +99,7 @@ __device__ __forceinline__ void flush_stats(ThreadStats s, Fp8CastOutputs out) {
     s_sat[warp] = s.saturated;
   }
   __syncthreads();
-  if (tid == 0) {
+  if (threadIdx.x == 0) {
     unsigned a = 0, n = 0;
     for (int w = 0; w < kThreads / 32; ++w) {
       a = max(a, s_amax[w]);
@@ -56,77 +110,138 @@ __device__ __forceinline__ void flush_stats(ThreadStats s, Fp8CastOutputs out) {
   }
 }
 
-// VEC consecutive elements per thread, grid-stride; VEC = 8 needs 16-byte aligned input, 8-byte
-// aligned output and n % 8 == 0.
-template <Fp8Format F, typename T, int VEC>
-__global__ void __launch_bounds__(kThreads) cast_kernel(const T* in, uint8_t* out, int64_t n, const float* scale_ptr,
-                                                        Fp8CastOutputs stats) {
-  const float scale = *scale_ptr, fmax = fp8_max(F);
+// in (n) -> out (n). kVec (16-byte aligned in, 8-byte aligned out): groups of 8 elements, two per
+// thread in flight, 8-byte stores; the last n % 8 elements one at a time. Otherwise all one at a time.
+constexpr int kGroupsPerBlock = 2 * kThreads;
+
+template <Fp8Format F, typename T, bool kVec>
+__global__ void __launch_bounds__(kThreads) cast_kernel(const T* __restrict__ in, uint8_t* __restrict__ out, int64_t n,
+                                                        const float* __restrict__ scale_ptr, Fp8CastOutputs stats) {
+  const float scale = *scale_ptr;
   ThreadStats st;
-  for (int64_t i = (int64_t{blockIdx.x} * kThreads + threadIdx.x) * VEC; i < n; i += int64_t{gridDim.x} * kThreads * VEC) {
-    uint8_t codes[VEC];
-    float x[VEC];
-    if constexpr (VEC == 8) {
-      if constexpr (sizeof(T) == 2) {
-        const auto v = Vec16<T>::load(in + i);
+  const int64_t groups = kVec ? n / 8 : 0;
+  for (int64_t g0 = int64_t{blockIdx.x} * kGroupsPerBlock; g0 < groups; g0 += int64_t{gridDim.x} * kGroupsPerBlock) {
+    float x[2][8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) x[j] = to_float(v.v[j]);
-      } else {
-        const auto v0 = Vec16<T>::load(in + i), v1 = Vec16<T>::load(in + i + 4);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) x[j] = v0.v[j], x[j + 4] = v1.v[j];
-      }
-    } else {
-      x[0] = to_float(in[i]);
+    for (int k = 0; k < 2; ++k) {
+      const int64_t g = g0 + k * kThreads + threadIdx.x;
+      if (g < groups) load8(in + 8 * g, x[k]);
+      else for (float& e : x[k]) e = 0.0f;
     }
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      const float v = __fmul_rn(x[j], scale);  // the f32 product, as the host codec takes it
-      st.add(x[j], v, fmax);
-      codes[j] = to_fp8<F>(v);
+    for (int k = 0; k < 2; ++k) {
+      const int64_t g = g0 + k * kThreads + threadIdx.x;
+      const uint2 codes = convert8<F>(x[k], scale, st);
+      if (g < groups) *reinterpret_cast<uint2*>(out + 8 * g) = codes;
     }
-    if constexpr (VEC == 8) {
-      uint2 packed;
-      memcpy(&packed, codes, 8);
-      *reinterpret_cast<uint2*>(out + i) = packed;
-    } else {
-      out[i] = codes[0];
-    }
+  }
+  const int64_t stride = int64_t{gridDim.x} * kThreads;
+  for (int64_t i = groups * 8 + int64_t{blockIdx.x} * kThreads + threadIdx.x; i < n; i += stride) {
+    const float x = to_float(in[i]);
+    const float v = __fmul_rn(x, scale);
+    st.add(x, v, fp8_max(F));
+    out[i] = to_fp8<F>(v);
   }
   flush_stats(st, stats);
 }
 
-constexpr int kTile = 32;  // tile (kTile, kTile), block (kTile, kThreads / kTile)
+// Cast + transpose. A block converts a (kTileRows, kTileCols) tile of in (rows, cols); thread t takes
+// the (4, 8) block at tile rows 4 * (t / 8) + j, tile cols 8 * (t % 8) + e, so a warp's 16-byte loads
+// cover four 128-byte row segments. The row-major codes go straight to out (8-byte stores); the
+// thread's 8 columns of 4 codes are transposed in registers into 8 words and staged in shared memory
+// as 16-byte chunks (16 rows of one column), which become 16-byte stores to out_t, a warp writing
+// four full 128-byte row segments.
+constexpr int kTileRows = 128, kTileCols = 64;
+constexpr int kChunks = kTileRows / 16;  // 16-byte chunks per tile column
+static_assert(kTileRows == 4 * (kThreads / (kTileCols / 8)) && kChunks == 8, "thread blocks must tile the tile");
 
-// One tile per block: in (rows, cols) -> out (rows, cols) [optional] and out_t (cols, rows).
-template <Fp8Format F, typename T>
-__global__ void __launch_bounds__(kThreads) cast_transpose_kernel(const T* in, uint8_t* out, uint8_t* out_t,
-                                                                  int64_t rows, int64_t cols, const float* scale_ptr,
-                                                                  Fp8CastOutputs stats) {
-  __shared__ uint8_t s_tile[kTile][kTile + 4];  // (tile rows, tile cols)
-  const float scale = *scale_ptr, fmax = fp8_max(F);
-  const int64_t r0 = int64_t{blockIdx.y} * kTile, c0 = int64_t{blockIdx.x} * kTile;
-  constexpr int kRowsPerPass = kThreads / kTile;
+// Slot of chunk q of tile column c. XOR-swizzling q with c / 8 keeps both shared accesses free of bank
+// conflicts: a warp's word stores (thread t % 8 = c / 8 writes word (t / 8) % 4 of chunk w, w the warp)
+// land in 32 distinct banks, and 8 threads reading the 8 chunks of one column read 128 distinct bytes.
+__device__ __forceinline__ int chunk_slot(int c, int q) { return c * kChunks + (q ^ ((c / 8) % kChunks)); }
+
+// kVec: cols % 8 == 0, in 16-byte aligned, out (if any) 8-byte aligned. vec_t: rows % 16 == 0 and
+// out_t 16-byte aligned. Elements outside the matrix read as zero and are never stored.
+template <Fp8Format F, typename T, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    cast_transpose_kernel(const T* __restrict__ in, uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
+                          int64_t rows, int64_t cols, bool vec_t, const float* __restrict__ scale_ptr,
+                          Fp8CastOutputs stats) {
+  __shared__ uint4 s_t[kTileCols * kChunks];  // (tile cols, kChunks) chunks, swizzled
+  const float scale = *scale_ptr;
+  const int64_t r0 = int64_t{blockIdx.y} * kTileRows, c0 = int64_t{blockIdx.x} * kTileCols;
+  const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
+  const int64_t c = c0 + 8 * tx;  // the thread's first column
+
   ThreadStats st;
+  uint2 codes[4];  // (4, 8): row j's columns 0-3 in .x, 4-7 in .y
+  if constexpr (kVec) {
+    float x[4][8];  // the four 16-byte loads are all issued before any use
 #pragma unroll
-  for (int p = 0; p < kTile / kRowsPerPass; ++p) {
-    const int tr = threadIdx.y + p * kRowsPerPass;
-    const int64_t r = r0 + tr, c = c0 + threadIdx.x;
-    if (r < rows && c < cols) {
-      const float x = to_float(in[r * cols + c]);
-      const float v = __fmul_rn(x, scale);
-      st.add(x, v, fmax);
-      const uint8_t code = to_fp8<F>(v);
-      s_tile[tr][threadIdx.x] = code;
-      if (out) out[r * cols + c] = code;
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = r0 + 4 * ty + j;
+      if (r < rows && c < cols) load8(in + r * cols + c, x[j]);  // cols % 8 == 0: all 8 or none inside
+      else for (float& e : x[j]) e = 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) codes[j] = convert8<F>(x[j], scale, st);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = r0 + 4 * ty + j;
+      float x[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) x[e] = r < rows && c + e < cols ? to_float(in[r * cols + c + e]) : 0.0f;
+      codes[j] = convert8<F>(x, scale, st);
     }
   }
-  __syncthreads();
+
+  if (out) {
 #pragma unroll
-  for (int p = 0; p < kTile / kRowsPerPass; ++p) {
-    const int tc = threadIdx.y + p * kRowsPerPass;  // a column of the input = a row of out_t
-    const int64_t c = c0 + tc, r = r0 + threadIdx.x;
-    if (r < rows && c < cols) out_t[c * rows + r] = s_tile[threadIdx.x][tc];
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = r0 + 4 * ty + j;
+      if constexpr (kVec) {
+        if (r < rows && c < cols) *reinterpret_cast<uint2*>(out + r * cols + c) = codes[j];
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (r < rows && c + e < cols) out[r * cols + c + e] = byte_of(e < 4 ? codes[j].x : codes[j].y, e % 4);
+      }
+    }
+  }
+
+  // Column e's word holds rows 4 * ty + 0..3, low byte first: a 4x4 byte transpose per half.
+  uint32_t* s_words = reinterpret_cast<uint32_t*>(s_t);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t a = h ? codes[0].y : codes[0].x, b = h ? codes[1].y : codes[1].x;
+    const uint32_t cc = h ? codes[2].y : codes[2].x, d = h ? codes[3].y : codes[3].x;
+    const uint32_t ab01 = __byte_perm(a, b, 0x5140), ab23 = __byte_perm(a, b, 0x7362);  // a0 b0 a1 b1, a2 b2 a3 b3
+    const uint32_t cd01 = __byte_perm(cc, d, 0x5140), cd23 = __byte_perm(cc, d, 0x7362);
+    const uint32_t col[4] = {__byte_perm(ab01, cd01, 0x5410), __byte_perm(ab01, cd01, 0x7632),
+                             __byte_perm(ab23, cd23, 0x5410), __byte_perm(ab23, cd23, 0x7632)};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s_words[chunk_slot(8 * tx + 4 * h + e, ty / 4) * 4 + ty % 4] = col[e];
+  }
+  __syncthreads();
+
+#pragma unroll
+  for (int p = 0; p < kTileCols * kChunks / kThreads; ++p) {
+    const int idx = p * kThreads + threadIdx.x, tc = idx / kChunks, q = idx % kChunks;
+    const int64_t oc = c0 + tc, orow = r0 + 16 * q;  // out_t row (a column of in) and its first column
+    if (oc < cols && orow < rows) {
+      const uint4 chunk = s_t[chunk_slot(tc, q)];
+      uint8_t* dst = out_t + oc * rows + orow;
+      if (vec_t && orow + 16 <= rows) {
+        *reinterpret_cast<uint4*>(dst) = chunk;
+      } else {
+        uint8_t bytes[16];
+        memcpy(bytes, &chunk, 16);
+#pragma unroll
+        for (int b = 0; b < 16; ++b)
+          if (orow + b < rows) dst[b] = bytes[b];
+      }
+    }
   }
   flush_stats(st, stats);
 }
@@ -155,20 +270,30 @@ __global__ void scale_from_amax_kernel(const float* amax_ptr, float fmax, int ma
 
 int grid_for(int64_t work_items) { return static_cast<int>(std::clamp<int64_t>(ceil_div(work_items, kThreads), 1, 4096)); }
 
+// Enough blocks for one pass over `items` at `per_block` each, capped (the kernels loop past the cap).
+int blocks_for(int64_t items, int64_t per_block) {
+  return static_cast<int>(std::clamp<int64_t>((items + per_block - 1) / per_block, 1, int64_t{1} << 20));
+}
+
+bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0; }
+
 template <Fp8Format F, typename T>
 void launch_cast(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t, const float* scale,
                  Fp8CastOutputs stats, cudaStream_t stream) {
-  const int64_t n = rows * cols;
   if (out_t) {
-    FP8T_CHECK(ceil_div(rows, kTile) <= 65535, "fp8_cast: {} rows exceed the transpose grid (max {})", rows,
-               int64_t{65535} * kTile);
-    const dim3 grid(ceil_div(cols, kTile), ceil_div(rows, kTile));
-    cast_transpose_kernel<F, T><<<grid, dim3(kTile, kThreads / kTile), 0, stream>>>(in, out, out_t, rows, cols, scale,
-                                                                                     stats);
-  } else if (n % 8 == 0 && aligned16(in) && (reinterpret_cast<uintptr_t>(out) & 7u) == 0) {
-    cast_kernel<F, T, 8><<<grid_for(n / 8), kThreads, 0, stream>>>(in, out, n, scale, stats);
+    FP8T_CHECK(ceil_div(rows, kTileRows) <= 65535, "fp8_cast: {} rows exceed the transpose grid (max {})", rows,
+               int64_t{65535} * kTileRows);
+    const dim3 grid(ceil_div(cols, kTileCols), ceil_div(rows, kTileRows));
+    const bool vec = cols % 8 == 0 && aligned16(in) && (!out || aligned8(out));
+    const bool vec_t = rows % 16 == 0 && aligned16(out_t);
+    const auto kernel = vec ? cast_transpose_kernel<F, T, true> : cast_transpose_kernel<F, T, false>;
+    kernel<<<grid, kThreads, 0, stream>>>(in, out, out_t, rows, cols, vec_t, scale, stats);
   } else {
-    cast_kernel<F, T, 1><<<grid_for(n), kThreads, 0, stream>>>(in, out, n, scale, stats);
+    const int64_t n = rows * cols;
+    if (aligned16(in) && aligned8(out))
+      cast_kernel<F, T, true><<<blocks_for(n, 8 * kGroupsPerBlock), kThreads, 0, stream>>>(in, out, n, scale, stats);
+    else
+      cast_kernel<F, T, false><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(in, out, n, scale, stats);
   }
   CUDA_CHECK_LAUNCH();
 }

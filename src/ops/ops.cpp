@@ -201,7 +201,8 @@ Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Va
       if (dw2.defined() || db2.defined())
         cuda_ops::matmul_backward(nullptr, dw2.defined() ? &dw2 : nullptr, db2.defined() ? &db2 : nullptr, dout, h,
                                   w2->value);
-      if (!needs_grad(x, w1, b1)) return;
+      // (needs_grad() is false here: the tape does not record during backward.)
+      if (!x->requires_grad && !w1->requires_grad && !b1->requires_grad) return;
       // d(pre) straight from the second GEMM's epilogue: no GELU pass, no zero-filled buffers.
       Tensor dpre = Tensor::empty({M, H}, DType::bf16, pre.device(), MemCategory::activations);
       cuda_ops::matmul_backward_dgelu(dpre, dout, w2->value, pre);

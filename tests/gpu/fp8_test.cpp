@@ -85,6 +85,14 @@ int64_t beyond_bf16_rounding(const std::vector<float>& out, const std::vector<do
 
 std::vector<float> to_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
 
+// Codes that differ (a count, not a dump of megabyte vectors when a CHECK fails).
+int64_t mismatches(const std::vector<uint8_t>& got, const std::vector<uint8_t>& ref) {
+  if (got.size() != ref.size()) return -1;
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) bad += got[i] != ref[i];
+  return bad;
+}
+
 struct Dims { int M, K, N; };
 const Dims kGemmShapes[] = {{16, 16, 16}, {128, 768, 2304}, {1024, 256, 768}, {48, 1600, 80}};
 
@@ -185,6 +193,61 @@ TEST_CASE("fp8 cast: f32 input - odd shapes - transpose only - finite amax accum
   CHECK(s[2] == 1.0f / host_scale);
 }
 
+TEST_CASE("fp8 cast: random bf16 and f32 - vector and ragged shapes - every output layout - misaligned input",
+          "[gpu][fp8]") {
+  // Full (128, 64) tiles with 16-byte loads and stores (4096x768); partial tiles on the vector path
+  // with rows % 16 == 0 (272x200) or not (300x136, 33x4104); ragged shapes on the scalar path; rows or
+  // cols of 1. The flat cast (no out_t) covers n % 8 != 0 tails; offset 1 misaligns the input.
+  const std::pair<int64_t, int64_t> shapes[] = {{4096, 768}, {272, 200}, {300, 136}, {33, 4104}, {77, 333},
+                                                {129, 65},   {1, 1},     {7, 1},     {1, 33}};
+  const float scale = 16.0f;  // |x| > 28 saturates E4M3: ~0.05% of N(0, 8)
+  for (auto [rows, cols] : shapes) {
+    const int64_t n = rows * cols;
+    for (bool specials : {false, true}) {
+      auto x = round_bf16(randn(static_cast<size_t>(n), 8.0f));  // exact in bf16: both dtypes see the same x
+      if (specials) {  // saturates E5M2 too, then -inf and NaN (overwriting each other when n < 3)
+        x[0] = 20480.0f;
+        x[n - 1] = -INFINITY;
+        x[n / 2] = NAN;
+      }
+      for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+        std::vector<uint8_t> ref(static_cast<size_t>(n));
+        const Fp8CastStats rs = fp8_quantize(x.data(), n, scale, f, ref.data());
+        const auto ref_t = transpose_codes(ref, rows, cols);
+        Tensor d_scale = device_floats({scale});
+        for (DType dt : {DType::bf16, DType::f32}) {
+          for (int offset : {0, 1}) {  // 1: the input starts one element into its allocation
+            std::vector<float> xs(static_cast<size_t>(offset), 0.0f);
+            xs.insert(xs.end(), x.begin(), x.end());
+            const Tensor dx = upload(xs, {n + offset}, dt);
+            const char* in = static_cast<const char*>(dx.raw()) + offset * dtype_size(dt);
+            for (int mode = 0; mode < 3; ++mode) {  // out only, out_t only, both
+              const bool want_out = mode != 1, want_t = mode != 0;
+              INFO(rows << "x" << cols << " " << name(f) << " " << dtype_name(dt) << " offset " << offset << " mode "
+                        << mode << " specials " << specials);
+              Tensor out = poisoned({rows, cols}, fp8_dtype(f)), out_t = poisoned({cols, rows}, fp8_dtype(f));
+              Tensor stats = Tensor::zeros({4}, DType::f32, kGpu);  // amax (float), pad, saturated (u64)
+              kernels::fp8_cast(in, dt, rows, cols, want_out ? out.data<uint8_t>() : nullptr,
+                                want_t ? out_t.data<uint8_t>() : nullptr, f, d_scale.data<float>(),
+                                {stats.data<float>(), reinterpret_cast<unsigned long long*>(stats.data<float>() + 2)},
+                                kernels::compute_stream());
+              if (want_out) CHECK(mismatches(download_codes(out), ref) == 0);
+              if (want_t) CHECK(mismatches(download_codes(out_t), ref_t) == 0);
+              const Tensor hs = stats.to(Device::cpu());
+              const float amax = hs.data<float>()[0];
+              if (std::isnan(rs.amax)) CHECK(std::isnan(amax));
+              else CHECK(amax == rs.amax);
+              uint64_t sat = 0;
+              std::memcpy(&sat, hs.data<float>() + 2, 8);
+              CHECK(sat == static_cast<uint64_t>(rs.saturated));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // ------------------------------------------------------------------------------------------------ GEMMs
 
 TEST_CASE("fp8 gemm: fprop dgrad wgrad match a double GEMM on the same codes and scales", "[gpu][fp8]") {
@@ -216,7 +279,7 @@ TEST_CASE("fp8 gemm: fprop dgrad wgrad match a double GEMM on the same codes and
       // Fast accumulation (fprop only, as in Transformer Engine) keeps partial sums at reduced
       // precision between promotions: on the H200 about 1 element in 25,000 lands just beyond the
       // bf16-rounding bound (12 of 294,912 seen). Allow 1 in 1,000; the norm bound above holds.
-      CHECK(beyond_bf16_rounding(got, ref, bias_rows) <= ref.size() / 1000);
+      CHECK(beyond_bf16_rounding(got, ref, bias_rows) <= static_cast<int64_t>(ref.size() / 1000));
       // The same GEMM (same layout) with an f32 output: the 1e-3 norm check.
       std::vector<double> ref_nb(ref);
       for (int m = 0; m < M; ++m)
@@ -243,7 +306,11 @@ TEST_CASE("fp8 gemm: fprop dgrad wgrad match a double GEMM on the same codes and
                                          {twt.raw(), DType::e4m3, sw.data<float>()}, M, K, N, true, s);
       const auto got = download(dx);
       CHECK(rel_err(got, to_float(ref)) < 5e-3);
-      CHECK(beyond_bf16_rounding(got, ref, std::vector<double>(dx0.begin(), dx0.end())) == 0);
+      // The f32 sum in a different order than the double reference can tip a value lying within
+      // ~1e-7 of a bf16 rounding boundary to the other side (seen: 1 of 262,144 on the H200).
+      // Allow 1 in 10,000; the norm bound above holds.
+      CHECK(beyond_bf16_rounding(got, ref, std::vector<double>(dx0.begin(), dx0.end())) <=
+            static_cast<int64_t>(ref.size() / 10000));
       // The same GEMM with an f32 output accumulated onto dx0: the 1e-3 norm check.
       Tensor dx32 = upload(dx0, {M, K}, DType::f32);
       kernels::matmul_cublaslt(dx32.raw(), DType::f32, {twt.raw(), DType::e4m3, sw.data<float>()}, true,

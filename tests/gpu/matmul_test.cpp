@@ -69,40 +69,60 @@ TEST_CASE("matmul backward accumulates dinp - dweight - dbias", "[gpu][matmul]")
   }
 }
 
+namespace {
+struct MlpData {
+  int64_t M, IC, H, OC;
+  std::vector<float> x, w1, b1, w2, b2, dy;
+};
+
+// y = gelu_mlp(x, ...) and its gradients [y, dx, dw1, db1, dw2, db2] on `dev` in `dt` (parameter
+// gradients in f32, as the trainer binds them).
+std::vector<std::vector<float>> run_gelu_mlp(const MlpData& d, Device dev, DType dt) {
+  const bool gpu = dev.is_cuda();
+  auto put = [&](const std::vector<float>& v, Shape s) { return gpu ? upload(v, s, dt) : Tensor::from_vector(v, s); };
+  std::vector<Var> vars = {make_var(put(d.x, {d.M, d.IC}), true), make_var(put(d.w1, {d.H, d.IC}), true),
+                           make_var(put(d.b1, {d.H}), true), make_var(put(d.w2, {d.OC, d.H}), true),
+                           make_var(put(d.b2, {d.OC}), true)};
+  if (gpu)
+    for (size_t i = 1; i < vars.size(); ++i)
+      vars[i]->grad = Tensor::zeros(vars[i]->value.shape(), DType::f32, dev, MemCategory::gradients);
+  Tape tape;
+  Var y;
+  {
+    TapeScope scope(&tape);
+    y = gelu_mlp(vars[0], vars[1], vars[2], vars[3], vars[4]);
+  }
+  grad_of(y).copy_from(put(d.dy, {d.M, d.OC}));
+  {
+    TapeScope none(nullptr);
+    tape.run_backward();
+  }
+  std::vector<std::vector<float>> out;
+  out.push_back(download(y->value));
+  for (const Var& v : vars) {
+    REQUIRE(v->grad.defined());
+    out.push_back(download(v->grad));
+  }
+  return out;
+}
+}  // namespace
+
 TEST_CASE("gelu_mlp on the GPU - fused GELU epilogues - matches the CPU composition", "[gpu][matmul]") {
-  for (auto [M, IC, H, OC] : {std::array<int64_t, 4>{64, 64, 256, 64}, {333, 768, 3072, 768}}) {
-    const auto x = round_bf16(randn(M * IC)), w1 = round_bf16(randn(H * IC, 0.05f)), b1 = round_bf16(randn(H, 0.5f));
-    const auto w2 = round_bf16(randn(OC * H, 0.05f)), b2 = round_bf16(randn(OC, 0.5f)), dy = round_bf16(randn(M * OC));
-    auto run = [&](Device dev, DType dt) {
-      auto up = [&](const std::vector<float>& v, Shape s) {
-        return dev.is_cuda() ? upload(v, s, dt) : Tensor::from_vector(v, s);
-      };
-      Var vx = make_var(up(x, {M, IC}), true), vw1 = make_var(up(w1, {H, IC}), true), vb1 = make_var(up(b1, {H}), true);
-      Var vw2 = make_var(up(w2, {OC, H}), true), vb2 = make_var(up(b2, {OC}), true);
-      // Parameter gradients in f32, as the trainer binds them (the CPU reference keeps its own dtype).
-      for (const Var* p : {&vw1, &vb1, &vw2, &vb2})
-        if (dev.is_cuda()) (*p)->grad = Tensor::zeros((*p)->value.shape(), DType::f32, dev, MemCategory::gradients);
-      Tape tape;
-      Var y;
-      {
-        TapeScope scope(&tape);
-        y = gelu_mlp(vx, vw1, vb1, vw2, vb2);
-      }
-      grad_of(y).copy_from(up(dy, {M, OC}));
-      {
-        TapeScope none(nullptr);
-        tape.run_backward();
-      }
-      std::vector<std::vector<float>> out{download(y->value), download(vx->grad)};
-      for (const Var* p : {&vw1, &vb1, &vw2, &vb2}) out.push_back(download((*p)->grad));
-      return out;
-    };
-    const auto gpu = run(kGpu, DType::bf16), cpu_ref = run(Device::cpu(), DType::f32);
-    INFO("M=" << M << " IC=" << IC << " H=" << H << " OC=" << OC);
+  for (auto dims : {std::array<int64_t, 4>{64, 64, 256, 64}, std::array<int64_t, 4>{333, 768, 3072, 768}}) {
+    MlpData d{dims[0], dims[1], dims[2], dims[3], {}, {}, {}, {}, {}, {}};
+    d.x = round_bf16(randn(d.M * d.IC));
+    d.w1 = round_bf16(randn(d.H * d.IC, 0.05f));
+    d.b1 = round_bf16(randn(d.H, 0.5f));
+    d.w2 = round_bf16(randn(d.OC * d.H, 0.05f));
+    d.b2 = round_bf16(randn(d.OC, 0.5f));
+    d.dy = round_bf16(randn(d.M * d.OC));
+    const auto gpu = run_gelu_mlp(d, kGpu, DType::bf16);
+    const auto ref = run_gelu_mlp(d, Device::cpu(), DType::f32);
+    INFO("M=" << d.M << " IC=" << d.IC << " H=" << d.H << " OC=" << d.OC);
     const char* names[] = {"y", "dx", "dw1", "db1", "dw2", "db2"};
     for (size_t i = 0; i < gpu.size(); ++i) {
       INFO(names[i]);
-      CHECK(rel_err(gpu[i], cpu_ref[i]) < 2e-2);
+      CHECK(rel_err(gpu[i], ref[i]) < 2e-2);
     }
   }
 }
