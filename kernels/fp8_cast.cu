@@ -246,6 +246,33 @@ __global__ void __launch_bounds__(kThreads)
   flush_stats(st, stats);
 }
 
+// out[i] = bf16(decode(codes[i]) * *scale_inv), decode exact (an FP8 value is exact in half). kVec:
+// 8 codes per thread (one 8-byte load, one 16-byte store).
+template <Fp8Format F, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    dequantize_kernel(const uint8_t* __restrict__ codes, int64_t n, const float* scale_inv, bf16* __restrict__ out) {
+  const float s = *scale_inv;
+  constexpr __nv_fp8_interpretation_t kInterp = F == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2;
+  auto decode = [&](uint8_t c) {
+    return __float2bfloat16_rn(__fmul_rn(__half2float(__half(__nv_cvt_fp8_to_halfraw(c, kInterp))), s));
+  };
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  if constexpr (kVec) {
+    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n / 8; i += stride) {
+      const uint2 c = reinterpret_cast<const uint2*>(codes)[i];
+      Vec16<bf16> v;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        v.v[b] = decode(byte_of(c.x, b));
+        v.v[4 + b] = decode(byte_of(c.y, b));
+      }
+      v.store(out + 8 * i);
+    }
+  } else {
+    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) out[i] = decode(codes[i]);
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) amax_kernel(const T* in, int64_t n, float* amax) {
   ThreadStats st;
@@ -337,6 +364,20 @@ void fp8_amax(const void* in, DType in_dtype, int64_t n, float* amax, cudaStream
 void fp8_scale_from_amax(const float* amax, float fmax, int margin, float* scale, float* scale_inv,
                          cudaStream_t stream) {
   scale_from_amax_kernel<<<1, 1, 0, stream>>>(amax, fmax, margin, scale, scale_inv);
+  CUDA_CHECK_LAUNCH();
+}
+
+void fp8_dequantize(const uint8_t* codes, Fp8Format format, int64_t n, const float* scale_inv, __nv_bfloat16* out,
+                    cudaStream_t stream) {
+  FP8T_CHECK(n > 0 && codes && scale_inv && out, "fp8_dequantize: bad arguments n={}", n);
+  const bool vec = n % 8 == 0 && (reinterpret_cast<uintptr_t>(codes) & 7u) == 0 && aligned16(out);
+  const int64_t work = vec ? n / 8 : n;
+  const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(work, kThreads), 132 * 16));
+  auto launch = [&](auto kernel) { kernel<<<blocks, kThreads, 0, stream>>>(codes, n, scale_inv, out); };
+  if (format == Fp8Format::e4m3)
+    vec ? launch(dequantize_kernel<Fp8Format::e4m3, true>) : launch(dequantize_kernel<Fp8Format::e4m3, false>);
+  else
+    vec ? launch(dequantize_kernel<Fp8Format::e5m2, true>) : launch(dequantize_kernel<Fp8Format::e5m2, false>);
   CUDA_CHECK_LAUNCH();
 }
 

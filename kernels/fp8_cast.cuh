@@ -3,6 +3,7 @@
 // saturation count in the same pass. Plus the amax-only pass and the device scale update that
 // current scaling needs.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -22,6 +23,10 @@ struct Fp8CastOutputs {
 // (cols, rows) may each be null (not both).
 void fp8_cast(const void* in, DType in_dtype, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t,
               Fp8Format format, const float* scale, Fp8CastOutputs stats, cudaStream_t stream);
+
+// out (n) bf16 = fp8_to_float(codes[i]) * *scale_inv, rounded to nearest even (as the host codec).
+void fp8_dequantize(const uint8_t* codes, Fp8Format format, int64_t n, const float* scale_inv, __nv_bfloat16* out,
+                    cudaStream_t stream);
 
 // *amax = max(*amax, max |in|) with NaN sticking (the caller zeroes *amax first).
 void fp8_amax(const void* in, DType in_dtype, int64_t n, float* amax, cudaStream_t stream);

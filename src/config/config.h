@@ -63,7 +63,9 @@ enum class ComputeMode { fp32, bf16, fp8 };
 enum class Fp8Recipe { hybrid, e4m3 };  // hybrid: E4M3 forward, E5M2 gradients
 enum class Fp8Scaling { delayed, current };
 enum class AmaxAlgo { max, most_recent };
-enum class ActivationStorage { fp8, bf16 };
+// What FP8 blocks keep for backward: fp8 = the FP8 linears' inputs as E4M3 codes; fp8_all = also the
+// GELU input and attention's qkv (fp8/saved.h); bf16 = the linears' inputs in the compute dtype.
+enum class ActivationStorage { fp8, bf16, fp8_all };
 
 struct Fp8Config {
   Fp8Recipe format = Fp8Recipe::hybrid;

@@ -25,7 +25,7 @@ inline constexpr std::array<std::string_view, 3> kComputeNames{"fp32", "bf16", "
 inline constexpr std::array<std::string_view, 2> kRecipeNames{"hybrid", "e4m3"};
 inline constexpr std::array<std::string_view, 2> kScalingNames{"delayed", "current"};
 inline constexpr std::array<std::string_view, 2> kAmaxNames{"max", "most_recent"};
-inline constexpr std::array<std::string_view, 2> kStorageNames{"fp8", "bf16"};
+inline constexpr std::array<std::string_view, 3> kStorageNames{"fp8", "bf16", "fp8_all"};
 inline constexpr std::array<std::string_view, 2> kDeviceNames{"cpu", "cuda"};
 inline constexpr std::array<std::string_view, 1> kArchNames{"gpt2"};
 inline constexpr std::array<std::string_view, 5> kLayerNames{"qkv", "proj", "fc", "fc2", "lm_head"};

@@ -204,17 +204,22 @@ Var GPT::block(int l, const Var& x) {
   const std::string p = "h." + std::to_string(l) + ".";
   Var h = layernorm(x, P.var(p + "ln_1.weight"), P.var(p + "ln_1.bias"));
   h = dense(LinearKind::qkv, l, h, P.var(p + "attn.c_attn.weight"), P.var(p + "attn.c_attn.bias"));
-  h = attention(h, cfg_.n_head);
+  const auto& fp8_row = fp8_block_[static_cast<size_t>(l)];
+  // activation_storage fp8_all: an FP8 block also keeps attention's qkv and the GELU input in FP8.
+  auto fp8_all = [&](LinearKind k) {
+    const Fp8LinearState* st = fp8_row[static_cast<size_t>(k)];
+    return st && st->cfg.activation_storage == ActivationStorage::fp8_all;
+  };
+  h = attention(h, cfg_.n_head, fp8_all(LinearKind::qkv));
   h = dense(LinearKind::proj, l, h, P.var(p + "attn.c_proj.weight"), P.var(p + "attn.c_proj.bias"));
   Var x1 = add(x, h);
   h = layernorm(x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
-  const auto& fp8_row = fp8_block_[static_cast<size_t>(l)];
   if (!fp8_row[static_cast<size_t>(LinearKind::fc)] && !fp8_row[static_cast<size_t>(LinearKind::fc2)]) {
     h = gelu_mlp(h, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"), P.var(p + "mlp.c_proj.weight"),
                  P.var(p + "mlp.c_proj.bias"));
   } else {
     h = dense(LinearKind::fc, l, h, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"));
-    h = gelu(h);
+    h = gelu(h, fp8_all(LinearKind::fc) || fp8_all(LinearKind::fc2));
     h = dense(LinearKind::fc2, l, h, P.var(p + "mlp.c_proj.weight"), P.var(p + "mlp.c_proj.bias"));
   }
   return add(x1, h);

@@ -108,7 +108,7 @@ Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st)
 
   // (OC, IC) FP8 weight of this step, and (M, IC) FP8 input.
   const Fp8Tensor wq = st.weight_for_step(w->value);
-  const bool store_fp8 = st.cfg.activation_storage == ActivationStorage::fp8;
+  const bool store_fp8 = st.cfg.activation_storage != ActivationStorage::bf16;
   Fp8CastStats xstats;
   const float x_scale = cast_scale(st.input, x2);
   const Fp8Tensor xq = fp8_quantize(x2, x_scale, st.formats.forward,
@@ -241,7 +241,7 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   cache_weight_cuda(st, wv, slots, stream);
 
   const bool train = needs_grad(x, w, b);
-  const bool store_fp8 = st.cfg.activation_storage == ActivationStorage::fp8;
+  const bool store_fp8 = st.cfg.activation_storage != ActivationStorage::bf16;
   // wgrad needs x^T K-major: with fp8 storage the forward cast writes it alongside x.
   const bool keep_xt = train && w->requires_grad && store_fp8;
   const DType fwd = fp8_dtype(st.formats.forward), bwd = fp8_dtype(st.formats.backward);

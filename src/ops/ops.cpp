@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "fp8/saved.h"
 #include "ops/cpu/reference.h"
 #include "ops/dispatch.h"
 
@@ -271,8 +272,12 @@ Var layernorm(const Var& x, const Var& w, const Var& b) {
 
 // ---------------------------------------------------------------- gelu
 
-Var gelu(const Var& x) {
-  const Tensor& xv = x->value;
+Var gelu(const Var& x, bool store_fp8) {
+  const bool save_fp8 = store_fp8 && needs_grad(x);
+  Fp8Saved saved;
+  Tensor roundtrip;
+  if (save_fp8) saved = fp8_save(x->value, &roundtrip);
+  const Tensor& xv = save_fp8 ? roundtrip : x->value;  // the forward sees what the backward will
   Tensor out = Tensor::empty(xv.shape(), xv.dtype(), xv.device(), MemCategory::activations);
   if (xv.device().is_cuda()) {
     FP8T_ON_CUDA("gelu", cuda_ops::gelu_forward(out, xv));
@@ -283,14 +288,16 @@ Var gelu(const Var& x) {
   Var y = make_output(std::move(out));
   if (needs_grad(x)) {
     y->requires_grad = true;
-    current_tape()->record("gelu", [x, yg = grad_ref(y)] {
+    // Holds x itself, or only its FP8 codes.
+    current_tape()->record("gelu", [xg = grad_ref(x), x_kept = save_fp8 ? Var() : x, saved, yg = grad_ref(y)] {
       const Tensor& dout = grad_of(yg);
+      const Tensor xin = x_kept ? x_kept->value : fp8_restore(saved, MemCategory::workspace);
       if (dout.device().is_cuda()) {
-        FP8T_ON_CUDA("gelu backward", cuda_ops::gelu_backward(grad_of(x), x->value, dout));
+        FP8T_ON_CUDA("gelu backward", cuda_ops::gelu_backward(grad_of(xg), xin, dout));
         return;
       }
       on_cpu(dout.dtype(), "gelu backward", [&]<typename F>() {
-        cpu::gelu_backward<F>(grad_ptr<F>(x, "gelu"), cptr<F>(x->value), cptr<F>(dout), dout.numel());
+        cpu::gelu_backward<F>(grad_of(xg).data<F>(), cptr<F>(xin), cptr<F>(dout), dout.numel());
       });
     });
   }
@@ -347,9 +354,16 @@ Var add(const Var& a, const Var& b) {
 
 // ---------------------------------------------------------------- attention
 
-Var attention(const Var& qkv, int n_head) {
-  const Tensor& xv = qkv->value;
-  FP8T_CHECK(xv.ndim() == 3 && xv.dim(2) % 3 == 0, "attention: qkv must be (B, T, 3C), got {}", xv.str());
+Var attention(const Var& qkv, int n_head, bool store_fp8) {
+  FP8T_CHECK(qkv->value.ndim() == 3 && qkv->value.dim(2) % 3 == 0, "attention: qkv must be (B, T, 3C), got {}",
+             qkv->value.str());
+  const bool save_fp8 = store_fp8 && needs_grad(qkv);
+  Fp8Saved saved;
+  Tensor roundtrip;
+  if (save_fp8) saved = fp8_save(qkv->value, &roundtrip);
+  // With FP8 storage the forward runs on dequant(q(qkv)), so the backward's recomputed softmax
+  // matches the forward's logsumexp exactly.
+  const Tensor& xv = save_fp8 ? roundtrip : qkv->value;
   const int B = static_cast<int>(xv.dim(0)), T = static_cast<int>(xv.dim(1)), C = static_cast<int>(xv.dim(2) / 3);
   FP8T_CHECK(n_head > 0 && C % n_head == 0, "attention: C = {} is not divisible by n_head = {}", C, n_head);
   const bool on_gpu = xv.device().is_cuda();
@@ -366,16 +380,19 @@ Var attention(const Var& qkv, int n_head) {
   Var y = make_output(std::move(out));
   if (needs_grad(qkv)) {
     y->requires_grad = true;
-    current_tape()->record("attention", [qkv, y, lse, n_head, B, T, C] {
+    // Holds qkv itself, or only its FP8 codes.
+    current_tape()->record("attention", [qg = grad_ref(qkv), qkv_kept = save_fp8 ? Var() : qkv, saved, y, lse,
+                                         n_head, B, T, C] {
       const Tensor& dout = grad_of(y);
+      const Tensor qv = qkv_kept ? qkv_kept->value : fp8_restore(saved, MemCategory::workspace);
       if (dout.device().is_cuda()) {
         FP8T_ON_CUDA("attention backward",
-                     cuda_ops::attention_backward(grad_of(qkv), dout, qkv->value, y->value, lse, n_head));
+                     cuda_ops::attention_backward(grad_of(qg), dout, qv, y->value, lse, n_head));
         return;
       }
       on_cpu(dout.dtype(), "attention backward", [&]<typename F>() {
-        cpu::attention_backward<F>(grad_ptr<F>(qkv, "attention"), cptr<F>(dout), cptr<F>(qkv->value),
-                                   cptr<F>(y->value), cptr<F>(lse), B, T, C, n_head);
+        cpu::attention_backward<F>(grad_of(qg).data<F>(), cptr<F>(dout), cptr<F>(qv), cptr<F>(y->value),
+                                   cptr<F>(lse), B, T, C, n_head);
       });
     });
   }

@@ -22,15 +22,17 @@ Var embedding(const Tensor& tokens, const Var& wte, const Var& wpe);
 Var linear(const Var& x, const Var& w, const Var& b);
 // x (..., C); w, b (C)  ->  (..., C); eps 1e-5
 Var layernorm(const Var& x, const Var& w, const Var& b);
-// tanh-approximate GELU, elementwise
-Var gelu(const Var& x);
+// tanh-approximate GELU, elementwise. store_fp8: x is kept for backward as FP8 codes (fp8/saved.h)
+// and the forward runs on their dequantized values.
+Var gelu(const Var& x, bool store_fp8 = false);
 // linear(gelu(linear(x, w1, b1)), w2, b2). On CUDA in BF16 the GELU runs in the GEMM epilogues (forward:
 // GELU with the pre-activation kept; backward: d(GELU) on the second GEMM's input gradient).
 Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2);
 // a + b, same shape
 Var add(const Var& a, const Var& b);
 // qkv (B, T, 3C) laid out [q | k | v], heads contiguous in C  ->  causal attention output (B, T, C)
-Var attention(const Var& qkv, int n_head);
+// store_fp8: qkv is kept for backward as FP8 codes and the forward runs on their dequantized values.
+Var attention(const Var& qkv, int n_head, bool store_fp8 = false);
 // logits (B, T, Vp); targets i32 (B, T) in [0, V)  ->  scalar mean cross-entropy over the real
 // vocabulary V (columns >= V never enter the softmax). Backward writes d(logits) in one pass.
 Var cross_entropy(const Var& logits, const Tensor& targets, int64_t vocab_size);
