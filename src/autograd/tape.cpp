@@ -12,8 +12,25 @@ thread_local Tape* g_tape = nullptr;
 
 Tensor& grad_of(const Var& v) {
   // Intermediates get gradients in their own dtype; leaves are bound to the (f32) flat gradient buffer.
-  if (!v->grad.defined()) v->grad = zeros_like(v->value, v->value.dtype());
+  if (!v->grad.defined()) {
+    const Tensor& value = value_of(v);
+    v->grad = zeros_like(value, value.dtype());
+  }
   return v->grad;
+}
+
+const Tensor& value_of(const Var& v) {
+  if (!v->value.defined() && v->recompute) {
+    NoGradScope ng;
+    v->value = v->recompute();
+  }
+  return v->value;
+}
+
+void release_for_recompute(const Var& v, std::function<Tensor()> fn) {
+  if (!grad_enabled()) return;
+  v->recompute = std::move(fn);
+  v->value = Tensor();
 }
 
 Tensor& grad_of(const GradRef& g) {

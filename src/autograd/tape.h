@@ -64,6 +64,14 @@ bool needs_grad(const Vs&... vs) {
   return grad_enabled() && ((vs && vs->requires_grad) || ...);
 }
 
+// v's value, rebuilt first if it was released for recompute. Backward closures read the values of
+// Vars they hold through this (see release_for_recompute).
+const Tensor& value_of(const Var& v);
+// Selective activation recompute: while recording, drops v's value now and keeps `fn`, which rebuilds
+// it bit-identically, for the backward closures that read it. The caller must be done with v's value
+// in the forward pass (consumers already ran). A no-op when no tape records.
+void release_for_recompute(const Var& v, std::function<Tensor()> fn);
+
 // Activation recompute: runs fn(inputs) without recording, keeps only the inputs, and records one
 // node that reruns fn on a private tape during backward and backpropagates through it.
 Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& input);

@@ -1,5 +1,6 @@
 // Variable: a tensor in the autograd graph, with its gradient and whether it needs one.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -15,6 +16,9 @@ struct VarImpl {
   Tensor& grad = *grad_cell;  // allocated on first accumulation, or a view of the flat gradient buffer
   bool requires_grad = false;
   std::string name;
+  // Set when `value` was released after the forward pass to save memory: rebuilds it (without
+  // recording) the first time a backward closure asks for it (value_of in autograd/tape.h).
+  std::function<Tensor()> recompute;
 };
 using Var = std::shared_ptr<VarImpl>;
 

@@ -32,7 +32,11 @@ struct DataConfig {
   std::string val;    // glob of validation shards (may be empty: no evaluation)
 };
 
-enum class Recompute { none, block };
+// What the forward pass keeps for backward: none = everything ops save; layernorm = LayerNorm outputs
+// are released after their consumers ran and recomputed in backward (a LayerNorm forward per
+// LayerNorm: 2 of ~32 bytes per channel and token saved, per layer, in BF16); block = only block
+// inputs, the whole block recomputed.
+enum class Recompute { none, block, layernorm };
 
 struct TrainConfig {
   int micro_batch = 8;             // sequences per rank per forward/backward
@@ -41,7 +45,7 @@ struct TrainConfig {
   int eval_every = 0;              // 0 = evaluate only before the first and after the last step
   int eval_steps = 10;             // validation micro-batches per evaluation
   int checkpoint_every = 0;        // 0 = only at the end
-  Recompute recompute = Recompute::none;  // block: keep only block inputs, recompute in backward
+  Recompute recompute = Recompute::none;  // see Recompute
   bool skip_nonfinite_steps = false;      // skip an optimizer step with NaN/Inf instead of stopping
 };
 

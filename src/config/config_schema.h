@@ -19,7 +19,7 @@
 namespace fp8t::config_schema {
 
 // ---- names of enum values, in declaration order ----
-inline constexpr std::array<std::string_view, 2> kRecomputeNames{"none", "block"};
+inline constexpr std::array<std::string_view, 3> kRecomputeNames{"none", "block", "layernorm"};
 inline constexpr std::array<std::string_view, 3> kScheduleNames{"cosine", "linear", "constant"};
 inline constexpr std::array<std::string_view, 3> kComputeNames{"fp32", "bf16", "fp8"};
 inline constexpr std::array<std::string_view, 2> kRecipeNames{"hybrid", "e4m3"};

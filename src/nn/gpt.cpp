@@ -202,8 +202,14 @@ void GPT::init(uint64_t seed) {
 Var GPT::block(int l, const Var& x) {
   const ParameterStore& P = *params_;
   const std::string p = "h." + std::to_string(l) + ".";
-  Var h = layernorm(x, P.var(p + "ln_1.weight"), P.var(p + "ln_1.bias"));
-  h = dense(LinearKind::qkv, l, h, P.var(p + "attn.c_attn.weight"), P.var(p + "attn.c_attn.bias"));
+  // With recompute_layernorm_ the LayerNorm outputs are dropped once their linear has run; the
+  // linear's backward rebuilds them from the block input, which LayerNorm's backward keeps anyway.
+  auto release = [&](const Var& ln_out, const Var& in, const Var& w, const Var& b) {
+    if (recompute_layernorm_) release_for_recompute(ln_out, [in, w, b] { return layernorm(in, w, b)->value; });
+  };
+  const Var ln1 = layernorm(x, P.var(p + "ln_1.weight"), P.var(p + "ln_1.bias"));
+  Var h = dense(LinearKind::qkv, l, ln1, P.var(p + "attn.c_attn.weight"), P.var(p + "attn.c_attn.bias"));
+  release(ln1, x, P.var(p + "ln_1.weight"), P.var(p + "ln_1.bias"));
   const auto& fp8_row = fp8_block_[static_cast<size_t>(l)];
   // activation_storage fp8_all: an FP8 block also keeps attention's qkv and the GELU input in FP8.
   auto fp8_all = [&](LinearKind k) {
@@ -213,7 +219,8 @@ Var GPT::block(int l, const Var& x) {
   h = attention(h, cfg_.n_head, fp8_all(LinearKind::qkv));
   h = dense(LinearKind::proj, l, h, P.var(p + "attn.c_proj.weight"), P.var(p + "attn.c_proj.bias"));
   Var x1 = add(x, h);
-  h = layernorm(x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
+  const Var ln2 = layernorm(x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
+  h = ln2;
   if (!fp8_row[static_cast<size_t>(LinearKind::fc)] && !fp8_row[static_cast<size_t>(LinearKind::fc2)]) {
     h = gelu_mlp(h, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"), P.var(p + "mlp.c_proj.weight"),
                  P.var(p + "mlp.c_proj.bias"));
@@ -222,6 +229,7 @@ Var GPT::block(int l, const Var& x) {
     h = gelu(h, fp8_all(LinearKind::fc) || fp8_all(LinearKind::fc2));
     h = dense(LinearKind::fc2, l, h, P.var(p + "mlp.c_proj.weight"), P.var(p + "mlp.c_proj.bias"));
   }
+  release(ln2, x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
   return add(x1, h);
 }
 

@@ -31,6 +31,9 @@ class GPT {
   Var loss(const Tensor& tokens, const Tensor& targets, bool recompute = false);
   // Logits (B, T, Vp) for sampling/evaluation.
   Var logits(const Tensor& tokens, bool recompute = false);
+  // train.recompute: layernorm: the blocks' LayerNorm outputs are released after the forward pass
+  // used them and recomputed (bit-identically) by the backward closures that read them.
+  void set_recompute_layernorm(bool on) { recompute_layernorm_ = on; }
 
   ParameterStore& params() { return *params_; }
   const ModelConfig& config() const { return cfg_; }
@@ -65,6 +68,7 @@ class GPT {
   Var hidden(const Tensor& tokens, bool recompute);  // final LayerNorm output (B, T, C)
 
   ModelConfig cfg_;
+  bool recompute_layernorm_ = false;
   std::unique_ptr<ParameterStore> params_;
   PrecisionConfig precision_;
   // FP8 states (stable addresses: tape nodes point at them); per block [qkv, proj, fc, fc2].

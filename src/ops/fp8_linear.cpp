@@ -162,7 +162,7 @@ Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st)
       // forward's scale, which reproduces the forward's codes.
       const Fp8Tensor xq2 = x_saved.codes.defined()
                                 ? x_saved
-                                : fp8_quantize(x_kept->value.view({M, IC}), x_scale, st.formats.forward,
+                                : fp8_quantize(value_of(x_kept).view({M, IC}), x_scale, st.formats.forward,
                                                MemCategory::workspace);
       const Tensor xd = fp8_decode(xq2);
       Tensor tmp = Tensor::zeros({OC, IC}, DType::f32, Device::cpu(), MemCategory::workspace);
@@ -310,7 +310,7 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
         Tensor xt = xq_t;
         if (!xt.defined()) {  // bf16 storage: the forward's scale reproduces the forward's codes
           xt = Tensor::empty({IC, M}, fwd, dy.device(), MemCategory::workspace);
-          k::fp8_cast(x_kept->value.raw(), DType::bf16, M, IC, nullptr, xt.data<uint8_t>(), st.formats.forward,
+          k::fp8_cast(value_of(x_kept).raw(), DType::bf16, M, IC, nullptr, xt.data<uint8_t>(), st.formats.forward,
                       x_scale, k::Fp8CastOutputs{}, stream);
         }
         // dw (OC, IC) += dy^T (OC, M) @ x (M, IC), with dy^T and x^T as the K-major operands

@@ -31,9 +31,10 @@ template <typename F>
 F* grad_ptr(const Var& v, const char* op) {
   if (!v || !v->requires_grad) return nullptr;
   Tensor& g = grad_of(v);
-  FP8T_CHECK(g.device().is_cpu() && g.dtype() == v->value.dtype() && g.numel() == v->value.numel(),
+  const Tensor& value = value_of(v);
+  FP8T_CHECK(g.device().is_cpu() && g.dtype() == value.dtype() && g.numel() == value.numel(),
              "{}: gradient {} does not match its value {} (CPU ops need same-dtype gradients)", op, g.str(),
-             v->value.str());
+             value.str());
   return g.data<F>();
 }
 
@@ -50,8 +51,10 @@ Tensor grad_or_scratch(const Var& v, DType scratch_dtype) {
 // allocated uninitialised and `accumulate` is false, so the op writes it without a zero fill.
 Tensor grad_for_write(const Var& v, bool& accumulate) {
   accumulate = v->grad.defined();
-  if (!accumulate) v->grad = Tensor::empty(v->value.shape(), v->value.dtype(), v->value.device(),
-                                           MemCategory::activations);
+  if (!accumulate) {
+    const Tensor& value = value_of(v);
+    v->grad = Tensor::empty(value.shape(), value.dtype(), value.device(), MemCategory::activations);
+  }
   return v->grad;
 }
 #endif
@@ -145,6 +148,7 @@ Var linear(const Var& x, const Var& w, const Var& b) {
     y->requires_grad = true;
     current_tape()->record("linear", [x, w, b, yg = grad_ref(y), M, IC, OC] {
       const Tensor& dout = grad_of(yg);
+      const Tensor& xv = value_of(x);  // x may have been released for recompute
       if (dout.device().is_cuda()) {
         FP8T_ON_CUDA("linear backward", {
           bool accumulate = true;
@@ -152,14 +156,14 @@ Var linear(const Var& x, const Var& w, const Var& b) {
           Tensor dw = w->requires_grad ? grad_of(w) : Tensor();
           Tensor db = b && b->requires_grad ? grad_of(b) : Tensor();
           cuda_ops::matmul_backward(dx.defined() ? &dx : nullptr, dw.defined() ? &dw : nullptr,
-                                    db.defined() ? &db : nullptr, dout.view({M, OC}), x->value.view({M, IC}),
+                                    db.defined() ? &db : nullptr, dout.view({M, OC}), xv.view({M, IC}),
                                     w->value, accumulate);
         });
         return;
       }
       on_cpu(dout.dtype(), "linear backward", [&]<typename F>() {
         cpu::matmul_backward<F>(grad_ptr<F>(x, "linear"), grad_ptr<F>(w, "linear"), grad_ptr<F>(b, "linear"),
-                                cptr<F>(dout), cptr<F>(x->value), cptr<F>(w->value), M, IC, OC);
+                                cptr<F>(dout), cptr<F>(xv), cptr<F>(w->value), M, IC, OC);
       });
     });
   }
@@ -204,6 +208,7 @@ Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Va
                                   w2->value);
       // (needs_grad() is false here: the tape does not record during backward.)
       if (!x->requires_grad && !w1->requires_grad && !b1->requires_grad) return;
+      const Tensor& xv = value_of(x);  // x may have been released for recompute
       // d(pre) straight from the second GEMM's epilogue: no GELU pass, no zero-filled buffers.
       Tensor dpre = Tensor::empty({M, H}, DType::bf16, pre.device(), MemCategory::activations);
       cuda_ops::matmul_backward_dgelu(dpre, dout, w2->value, pre);
@@ -212,7 +217,7 @@ Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Va
       Tensor dw1 = w1->requires_grad ? grad_of(w1) : Tensor();
       Tensor db1 = b1->requires_grad ? grad_of(b1) : Tensor();
       cuda_ops::matmul_backward(dx.defined() ? &dx : nullptr, dw1.defined() ? &dw1 : nullptr,
-                                db1.defined() ? &db1 : nullptr, dpre, x->value.view({M, IC}), w1->value, accumulate);
+                                db1.defined() ? &db1 : nullptr, dpre, xv.view({M, IC}), w1->value, accumulate);
     });
   }
   return y;
@@ -291,7 +296,7 @@ Var gelu(const Var& x, bool store_fp8) {
     // Holds x itself, or only its FP8 codes.
     current_tape()->record("gelu", [xg = grad_ref(x), x_kept = save_fp8 ? Var() : x, saved, yg = grad_ref(y)] {
       const Tensor& dout = grad_of(yg);
-      const Tensor xin = x_kept ? x_kept->value : fp8_restore(saved, MemCategory::workspace);
+      const Tensor xin = x_kept ? value_of(x_kept) : fp8_restore(saved, MemCategory::workspace);
       if (dout.device().is_cuda()) {
         FP8T_ON_CUDA("gelu backward", cuda_ops::gelu_backward(grad_of(xg), xin, dout));
         return;
@@ -384,7 +389,7 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
     current_tape()->record("attention", [qg = grad_ref(qkv), qkv_kept = save_fp8 ? Var() : qkv, saved, y, lse,
                                          n_head, B, T, C] {
       const Tensor& dout = grad_of(y);
-      const Tensor qv = qkv_kept ? qkv_kept->value : fp8_restore(saved, MemCategory::workspace);
+      const Tensor qv = qkv_kept ? value_of(qkv_kept) : fp8_restore(saved, MemCategory::workspace);
       if (dout.device().is_cuda()) {
         FP8T_ON_CUDA("attention backward",
                      cuda_ops::attention_backward(grad_of(qg), dout, qv, y->value, lse, n_head));

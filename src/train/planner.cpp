@@ -46,6 +46,7 @@ MemoryPlan plan_memory(const Config& cfg, int world) {
   const DType compute = cfg.run.device.is_cpu() || cfg.precision.compute == ComputeMode::fp32 ? DType::f32
                                                                                               : DType::bf16;
   GPT model(cfg.model, cfg.run.device, compute, world, cfg.precision);
+  model.set_recompute_layernorm(cfg.train.recompute == Recompute::layernorm);
   model.init(cfg.run.seed);
   ParameterStore& P = model.params();
   const int64_t shard = P.padded_numel() / world;

@@ -73,6 +73,7 @@ class Trainer {
     fs::create_directories(run_dir_);
     log_ = make_run_logger(run_dir_, comm.rank());
     model_ = std::make_unique<GPT>(cfg.model, device_, compute_dtype_for(cfg), world, cfg.precision);
+    model_->set_recompute_layernorm(cfg.train.recompute == Recompute::layernorm);
     model_->init(cfg.run.seed);
     ParameterStore& P = model_->params();
     shard_ = P.padded_numel() / world;

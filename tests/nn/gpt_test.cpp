@@ -3,7 +3,9 @@
 #include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <cmath>
+#include <tuple>
 
+#include "core/allocator.h"
 #include "nn/gpt.h"
 #include "ops/ops.h"
 
@@ -100,4 +102,35 @@ TEST_CASE("nn: initial loss is ln(V) and recompute gives identical gradients", "
     nz += g0[i] != 0.0f;
   }
   CHECK(nz > g0.size() / 2);
+}
+
+TEST_CASE("nn: LayerNorm recompute gives bit-identical gradients and keeps less for backward", "[nn]") {
+  const ModelConfig m = small_model();
+  GPT model(m, Device::cpu(), DType::f32);
+  model.init(5);
+  const Tensor x = random_tokens(2, 8, m.vocab_size, 21), y = random_tokens(2, 8, m.vocab_size, 22);
+  Allocator& alloc = allocator_for(Device::cpu());
+  auto run = [&](bool recompute_ln) {
+    model.set_recompute_layernorm(recompute_ln);
+    model.params().zero_grads();
+    const int64_t before = alloc.stats().cur(MemCategory::activations);
+    Tape tape;
+    Var loss;
+    {
+      TapeScope s(&tape);
+      loss = model.loss(x, y);
+    }
+    const int64_t kept = alloc.stats().cur(MemCategory::activations) - before;
+    tape.backward(loss);
+    return std::make_tuple(loss->value.to_float_vector()[0], model.params().grads().to_float_vector(), kept);
+  };
+  const auto [l0, g0, kept0] = run(false);
+  const auto [l1, g1, kept1] = run(true);
+  model.set_recompute_layernorm(false);
+  CHECK(l0 == l1);
+  REQUIRE(g0 == g1);  // the recomputed LayerNorm outputs are the same bits
+  // Two of the C-vectors per token each block keeps (ln_1 and ln_2 outputs) go.
+  const int64_t expected = int64_t{m.n_layer} * 2 * 2 * 8 * m.d_model * 4;
+  INFO("kept without " << kept0 << ", with " << kept1);
+  CHECK(kept0 - kept1 >= expected);
 }

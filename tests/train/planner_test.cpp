@@ -91,4 +91,10 @@ TEST_CASE("plan: FP8 activation storage shrinks what the tape keeps for backward
   INFO("fp8_all " << qa.saved_per_sample);
   CHECK(qa.saved_per_sample < 0.65 * q.saved_per_sample);
   CHECK(qa.saved_per_sample < 0.5 * f32.saved_per_sample);
+  // LayerNorm recompute drops the two LayerNorm outputs per block (8 of fp32 mode's 64 bytes per C).
+  Config ln = base;
+  ln.train.recompute = Recompute::layernorm;
+  const MemoryPlan l = plan_memory(ln, 1);
+  INFO("layernorm recompute " << l.saved_per_sample);
+  CHECK(l.saved_per_sample < 0.92 * f32.saved_per_sample);
 }
