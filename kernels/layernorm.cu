@@ -125,29 +125,54 @@ __global__ void layernorm_backward_dinp_kernel(bf16* dinp, const bf16* dout, con
   }
 }
 
-// block (32 columns, 8 row lanes); grid (column tiles, row chunks)
+// block (32 column lanes, 8 row lanes); grid (column tiles, row chunks). Each column lane owns 8
+// adjacent columns (kVec: one 16-byte load of dout and of inp per row) or 1 column (scalar path).
+template <bool kVec>
 __global__ void layernorm_backward_dwdb_kernel(float* dw, float* db, const bf16* dout, const bf16* inp,
                                                const float* mean, const float* rstd, int64_t N, int C) {
-  __shared__ float s_dw[8][33], s_db[8][33];
-  const int c = blockIdx.x * 32 + threadIdx.x;
-  float acc_w = 0.0f, acc_b = 0.0f;
-  if (c < C) {
+  constexpr int kCols = kVec ? 8 : 1;
+  __shared__ float s_dw[8][32 * kCols + 1], s_db[8][32 * kCols + 1];
+  const int c0 = (blockIdx.x * 32 + threadIdx.x) * kCols;
+  float acc_w[kCols] = {}, acc_b[kCols] = {};
+  if (c0 < C) {
     for (int64_t r = blockIdx.y * int64_t{8} + threadIdx.y; r < N; r += int64_t{gridDim.y} * 8) {
-      const float d = __bfloat162float(dout[r * C + c]);
-      acc_b += d;
-      acc_w += d * (__bfloat162float(inp[r * C + c]) - mean[r]) * rstd[r];
+      const float m = mean[r], s = rstd[r];
+      float d[kCols], x[kCols];
+      if constexpr (kVec) {
+        const auto qd = Vec16<bf16>::load(dout + r * C + c0), qx = Vec16<bf16>::load(inp + r * C + c0);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          d[i] = __bfloat162float(qd.v[i]);
+          x[i] = __bfloat162float(qx.v[i]);
+        }
+      } else {
+        d[0] = __bfloat162float(dout[r * C + c0]);
+        x[0] = __bfloat162float(inp[r * C + c0]);
+      }
+#pragma unroll
+      for (int i = 0; i < kCols; ++i) {
+        acc_b[i] += d[i];
+        acc_w[i] += d[i] * (x[i] - m) * s;
+      }
     }
   }
-  s_dw[threadIdx.y][threadIdx.x] = acc_w;
-  s_db[threadIdx.y][threadIdx.x] = acc_b;
+#pragma unroll
+  for (int i = 0; i < kCols; ++i) {
+    s_dw[threadIdx.y][threadIdx.x * kCols + i] = acc_w[i];
+    s_db[threadIdx.y][threadIdx.x * kCols + i] = acc_b[i];
+  }
   __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int k = 1; k < 8; ++k) {
-      acc_w += s_dw[k][threadIdx.x];
-      acc_b += s_db[k][threadIdx.x];
+  // Thread (x, y) finishes columns x + 32 * j of the tile for j = y, y + 8, ...
+  for (int j = threadIdx.y; j < kCols; j += 8) {
+    const int t = threadIdx.x + 32 * j, c = blockIdx.x * 32 * kCols + t;
+    if (c >= C) continue;
+    float sw = 0.0f, sb = 0.0f;
+    for (int k = 0; k < 8; ++k) {
+      sw += s_dw[k][t];
+      sb += s_db[k][t];
     }
-    atomicAdd(&dw[c], acc_w);
-    atomicAdd(&db[c], acc_b);
+    atomicAdd(&dw[c], sw);
+    atomicAdd(&db[c], sb);
   }
 }
 
@@ -179,8 +204,12 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
     layernorm_backward_dinp_kernel<false><<<blocks, threads, 0, stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
   CUDA_CHECK_LAUNCH();
   const int row_chunks = std::clamp(ceil_div(N, 64), 1, 512);
-  layernorm_backward_dwdb_kernel<<<dim3(ceil_div(C, 32), row_chunks), dim3(32, 8), 0, stream>>>(dw, db, dout, inp, mean,
-                                                                                                rstd, N, C);
+  if (C % 8 == 0 && aligned16(dout) && aligned16(inp))
+    layernorm_backward_dwdb_kernel<true>
+        <<<dim3(ceil_div(C, 256), row_chunks), dim3(32, 8), 0, stream>>>(dw, db, dout, inp, mean, rstd, N, C);
+  else
+    layernorm_backward_dwdb_kernel<false>
+        <<<dim3(ceil_div(C, 32), row_chunks), dim3(32, 8), 0, stream>>>(dw, db, dout, inp, mean, rstd, N, C);
   CUDA_CHECK_LAUNCH();
 }
 
