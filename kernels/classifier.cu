@@ -124,6 +124,12 @@ void crossentropy_forward(float* losses, float* lse, float* mean, const bf16* lo
   }
 }
 
+void mean_reduce(float* mean, const float* values, int64_t n, cudaStream_t stream) {
+  FP8T_CHECK(n > 0, "mean_reduce: n={}", n);
+  mean_kernel<<<1, 1024, 0, stream>>>(mean, values, n);
+  CUDA_CHECK_LAUNCH();
+}
+
 void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse, const int32_t* targets,
                            const float* dloss, float dloss_scale, int64_t BT, int V, int Vp, cudaStream_t stream) {
   FP8T_CHECK(BT > 0 && V > 0 && V <= Vp, "crossentropy_backward: bad sizes BT={} V={} Vp={}", BT, V, Vp);

@@ -61,6 +61,9 @@ void Tape::run_backward() {
 
 void Tape::backward(const Var& loss, float seed) {
   FP8T_CHECK(loss->value.numel() == 1, "backward: loss must be a scalar, got {}", loss->value.str());
+  FP8T_CHECK(!has_required_seed_ || seed == required_seed_,
+             "backward: seed {} but the forward pass computed gradients for seed {} (pass the same "
+             "grad_scale to the loss as to backward)", seed, required_seed_);
   fill_(grad_of(loss), seed);
   TapeScope none(nullptr);  // backward closures must not record
   run_backward();

@@ -27,9 +27,14 @@ class Tape {
   // Called after each node has run and been released, with the number of nodes still to run
   // (the trainer uses it to start reducing gradients that are complete, ZeRO stage 2).
   void set_progress_hook(std::function<void(size_t nodes_left)> hook) { hook_ = std::move(hook); }
+  // An op that computed gradients during the forward pass for an assumed loss-gradient seed (the
+  // chunked lm_head loss) registers it; backward() then refuses any other seed.
+  void require_seed(float seed) { required_seed_ = seed; has_required_seed_ = true; }
 
  private:
   std::vector<Node> nodes_;
+  float required_seed_ = 1.0f;
+  bool has_required_seed_ = false;
   std::function<void(size_t)> hook_;
 };
 

@@ -253,8 +253,15 @@ Var GPT::logits(const Tensor& tokens, bool recompute) {
   return dense(LinearKind::lm_head, -1, hidden(tokens, recompute), params_->var("wte"), nullptr);
 }
 
-Var GPT::loss(const Tensor& tokens, const Tensor& targets, bool recompute) {
-  return cross_entropy(logits(tokens, recompute), targets, cfg_.vocab_size);
+Var GPT::loss(const Tensor& tokens, const Tensor& targets, bool recompute, float grad_scale) {
+  if (fp8_head_) return cross_entropy(logits(tokens, recompute), targets, cfg_.vocab_size);
+  // The head and the loss a chunk of tokens at a time: the (B, T, Vp) logits (e.g. 3.3 GB at
+  // B = 32, T = 1024 in BF16) never exist at once.
+  constexpr int64_t kChunkBytes = int64_t{256} << 20;
+  const Var& wte = params_->var("wte");
+  const int64_t row_bytes = wte->value.dim(0) * static_cast<int64_t>(dtype_size(wte->value.dtype()));
+  const int64_t chunk_rows = std::max<int64_t>(64, kChunkBytes / row_bytes / 64 * 64);
+  return lm_head_loss(hidden(tokens, recompute), wte, targets, cfg_.vocab_size, chunk_rows, grad_scale);
 }
 
 int64_t GPT::num_parameters() const {

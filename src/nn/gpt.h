@@ -28,7 +28,9 @@ class GPT {
 
   // tokens, targets: i32 (B, T) on the model's device. Returns the scalar mean loss (recorded on
   // the current tape when one is active). `recompute` keeps only block inputs for backward.
-  Var loss(const Tensor& tokens, const Tensor& targets, bool recompute = false);
+  // grad_scale: the seed the caller will pass to Tape::backward (the head's gradients are computed
+  // during the forward pass for it; see lm_head_loss).
+  Var loss(const Tensor& tokens, const Tensor& targets, bool recompute = false, float grad_scale = 1.0f);
   // Logits (B, T, Vp) for sampling/evaluation.
   Var logits(const Tensor& tokens, bool recompute = false);
   // train.recompute: layernorm: the blocks' LayerNorm outputs are released after the forward pass

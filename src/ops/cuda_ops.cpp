@@ -303,6 +303,13 @@ void crossentropy_forward(Tensor& losses, Tensor& lse, Tensor* mean, const Tenso
                           k::compute_stream());
 }
 
+void mean_of(Tensor& mean, const Tensor& values) {
+  expect(mean, DType::f32, "mean_of", "mean");
+  expect(values, DType::f32, "mean_of", "values");
+  expect_numel(mean, 1, "mean_of", "mean");
+  k::mean_reduce(mean.data<float>(), values.data<float>(), values.numel(), k::compute_stream());
+}
+
 void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
                            const Tensor& dloss, float dloss_scale, int64_t vocab_size) {
   const char* op = "crossentropy_backward";

@@ -37,6 +37,8 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
 // losses, lse f32 (B*T): per-token loss and logsumexp; *mean (1) f32 = mean loss, if given.
 void crossentropy_forward(Tensor& losses, Tensor& lse, Tensor* mean, const Tensor& logits, const Tensor& targets,
                           int64_t vocab_size);
+// mean (1) f32 = the mean of values (f32), on the device.
+void mean_of(Tensor& mean, const Tensor& values);
 // dlogits overwritten (may alias logits: the fused classifier works in place), scaled by
 // dloss (1, f32, on the device) * dloss_scale.
 void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,

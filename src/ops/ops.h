@@ -36,5 +36,11 @@ Var attention(const Var& qkv, int n_head, bool store_fp8 = false);
 // logits (B, T, Vp); targets i32 (B, T) in [0, V)  ->  scalar mean cross-entropy over the real
 // vocabulary V (columns >= V never enter the softmax). Backward writes d(logits) in one pass.
 Var cross_entropy(const Var& logits, const Tensor& targets, int64_t vocab_size);
+// cross_entropy(linear(h, w, nullptr), targets, vocab_size) without ever holding the whole (B, T, Vp)
+// logits: chunk_rows tokens at a time, and, when recording, the gradients for the loss-gradient seed
+// `grad_scale` computed right away (d(w) into w's gradient, d(h) kept for the backward pass, which
+// must then be seeded with grad_scale: the tape checks).
+Var lm_head_loss(const Var& h, const Var& w, const Tensor& targets, int64_t vocab_size, int64_t chunk_rows,
+                 float grad_scale = 1.0f);
 
 }  // namespace fp8t

@@ -139,7 +139,8 @@ class Trainer {
       if (last_micro) reducer_->before_forward();  // ZeRO-2 reduces buckets during this backward
       {
         TapeScope scope(&tape);
-        loss = model_->loss(batch_->inputs, batch_->targets, cfg_.train.recompute == Recompute::block);
+        loss = model_->loss(batch_->inputs, batch_->targets, cfg_.train.recompute == Recompute::block,
+                            1.0f / static_cast<float>(accum_));
       }
       if (last_micro) tape.set_progress_hook(reducer_->backward_hook());
       tape.backward(loss, 1.0f / static_cast<float>(accum_));

@@ -1,11 +1,15 @@
 // Ops on the CPU: every gradient against central finite differences in f64 through the real tape,
 // forward values against naive formulas, f32 against f64, accumulation, no-grad, recompute,
 // padded-vocabulary cross-entropy, and the packed matmul against a triple loop.
+#include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <random>
+#include <tuple>
 
 #include "ops/cpu/reference.h"
 #include "tests/ops/gradcheck.h"
@@ -443,4 +447,48 @@ TEST_CASE("ops: CPU gradients are bitwise reproducible run to run", "[ops]") {
   };
   const auto a = run(), b = run();
   for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == b[i]);
+}
+
+TEST_CASE("lm_head_loss: chunked head and loss equal cross_entropy(linear) with gradients", "[ops]") {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t B = 3, T = 7, C = 12, V = 37, Vp = 40;
+  auto rand_tensor = [&](Shape s, float sd) {
+    Tensor t = Tensor::empty(std::move(s), DType::f32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = sd * nd(rng);
+    return t;
+  };
+  const Tensor h0 = rand_tensor({B, T, C}, 1.0f), w0 = rand_tensor({Vp, C}, 0.3f);
+  Tensor targets = Tensor::empty({B, T}, DType::i32);
+  for (int64_t i = 0; i < B * T; ++i) targets.data<int32_t>()[i] = static_cast<int32_t>(rng() % V);
+  const float seed = 0.25f;
+  auto run = [&](int64_t chunk) {
+    Var h = make_var(h0, true), w = make_var(w0, true);
+    Tape tape;
+    Var loss;
+    {
+      TapeScope s(&tape);
+      loss = chunk > 0 ? lm_head_loss(h, w, targets, V, chunk, seed) : cross_entropy(linear(h, w, nullptr), targets, V);
+    }
+    tape.backward(loss, seed);
+    return std::make_tuple(loss->value.data<float>()[0], h->grad.to_float_vector(), w->grad.to_float_vector());
+  };
+  const auto [l_ref, dh_ref, dw_ref] = run(0);
+  for (int64_t chunk : {int64_t{1}, int64_t{5}, int64_t{21}, int64_t{64}}) {
+    const auto [l, dh, dw] = run(chunk);
+    INFO("chunk " << chunk);
+    CHECK(l == Catch::Approx(l_ref).epsilon(1e-6));
+    REQUIRE(dh.size() == dh_ref.size());
+    for (size_t i = 0; i < dh.size(); ++i) REQUIRE(dh[i] == Catch::Approx(dh_ref[i]).margin(1e-6));
+    for (size_t i = 0; i < dw.size(); ++i) REQUIRE(dw[i] == Catch::Approx(dw_ref[i]).margin(1e-6));
+  }
+  // The gradients were computed for `seed`: another seed is refused.
+  Var h = make_var(h0, true), w = make_var(w0, true);
+  Tape tape;
+  Var loss;
+  {
+    TapeScope s(&tape);
+    loss = lm_head_loss(h, w, targets, V, 8, seed);
+  }
+  CHECK_THROWS_WITH(tape.backward(loss, 1.0f), Catch::Matchers::ContainsSubstring("seed"));
 }
