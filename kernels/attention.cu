@@ -4,9 +4,9 @@
 // Forward: one block of 8 warps per (128 queries, b*h), heaviest query blocks first; each warp owns 16 query
 // rows and runs the online softmax over key tiles of 64 up to the diagonal.
 // Backward: delta = rowsum(dO * O) (the same pass zeroes the dQ scratch); one block per (key block, b*h), each
-// warp owning 16 keys and their dK, dV in registers over query blocks diagonal..end; blocks sharing heads run
-// together so their Q, dO and dQ rows stay in L2; dQ goes to an f32 scratch through atomics and a last pass
-// adds scale * dQ into dqkv.
+// warp owning 16 keys and their dK, dV in registers over query blocks diagonal..end; on deep grids, blocks of
+// the same heads run together so that their Q, dO and dQ rows stay in L2; dQ goes to an f32 scratch through
+// atomics and a last pass adds scale * dQ into dqkv.
 #include "kernels/attention.cuh"
 #include "kernels/cuda_common.cuh"
 
@@ -279,9 +279,32 @@ constexpr int backward_smem_bytes() {
   return (2 * KEYS + 4 * BR) * (HS + kPad) * 2 + KEYS * (BR + kPad) * 2 + 4 * BR * 4;
 }
 
-// Heads per group of blocks: the blocks of one group run together and share the group's Q, K, V, dO (bf16) and
-// dq_accum (f32) rows, 12 T HS bytes per head; about 8 MiB per group keeps them in L2 between the key blocks.
-int backward_group(int BH, int T, int HS) {
+// Block order of the backward. Before, blocks ran key block by key block over all B*NH heads, so the ~400 in
+// flight touched every head and each head's Q, dO and dq_accum rows left L2 between its key blocks. Now the
+// key blocks form bands, each taking half of the key blocks still left (later bands hold lighter blocks, so
+// the grid still ends on short blocks); within a band, heads go in groups whose blocks run together, heaviest
+// first. Block i -> (head, key block). Not inlined: inlined, it moved ptxas's register allocation of the main
+// loop from 16 to 88 bytes of spill at HS 64; the call runs once per block.
+__device__ __noinline__ void backward_block(int i, int BH, int n_kb, int group, int& bh, int& kb) {
+  const int kb_major = i / BH;  // the key block of block i in the plain key-block-major order: picks the band
+  int lo = 0, hi = max(1, n_kb / 2);
+  while (kb_major >= hi) {
+    lo = hi;
+    hi = lo + max(1, (n_kb - lo) / 2);
+  }
+  const int width = hi - lo, j = i - BH * lo;  // band [lo, hi) holds blocks BH * lo .. BH * hi - 1
+  const int g0 = j / (group * width) * group, g_size = min(group, BH - g0);
+  const int r = j - g0 * width;  // < g_size * width
+  kb = lo + r / g_size;
+  bh = g0 + r % g_size;
+}
+
+// Heads per group: each head's Q, K, V, dO (bf16) and dq_accum (f32) rows are 12 T HS bytes, and ~8 MiB per
+// group keeps a few groups in L2. Grids of fewer than 8 waves take one group of all heads, which is the plain
+// key-block-major order: there the last group's long blocks would start too late (a simulated tail of up to
+// 20% at 2 waves, under 1% from 8 waves on).
+int backward_group(int BH, int n_kb, int T, int HS, int slots) {
+  if (int64_t{BH} * n_kb < 8 * int64_t{slots}) return BH;
   const int64_t per_head = 12 * int64_t{T} * HS;
   return static_cast<int>(std::clamp<int64_t>((int64_t{8} << 20) / per_head, 1, BH));
 }
@@ -301,13 +324,10 @@ __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlock
   float* sLse = reinterpret_cast<float*>(sdSt + KEYS * kLdS);  // 2 x (BR) lse * log2(e)
   float* sDelta = sLse + 2 * BR;                               // 2 x (BR)
 
-  // Block -> (head, key block): groups of `group` heads, within a group the key blocks with the most queries
-  // first, for every head of the group before the next key block.
   const int n_kb = ceil_div(T, KEYS);
-  const int g0 = static_cast<int>(blockIdx.x) / (group * n_kb) * group, g_size = min(group, BH - g0);
-  const int r = static_cast<int>(blockIdx.x) - g0 * n_kb;  // < g_size * n_kb
-  const int bh = g0 + r % g_size, b = bh / NH, h = bh % NH;
-  const int k0 = r / g_size * KEYS;
+  int bh, kb;
+  backward_block(static_cast<int>(blockIdx.x), BH, n_kb, group, bh, kb);
+  const int b = bh / NH, h = bh % NH, k0 = kb * KEYS;
   const int C = NH * HS;
   const int64_t ld = 3 * int64_t{C};
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
@@ -519,19 +539,22 @@ void launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH
 template <int HS>
 void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv, const bf16* out,
                      const float* lse, int B, int T, int NH, cudaStream_t stream) {
-  constexpr int KEYS = BwdTile<HS>::kKeys, bytes = backward_smem_bytes<HS>();
-  static const bool configured = [] {
+  constexpr int KEYS = BwdTile<HS>::kKeys, kThreads = 2 * KEYS, bytes = backward_smem_bytes<HS>();
+  static const int slots = [] {  // blocks resident at once on the device
     CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return true;
+    int device = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_backward_kernel<HS>, kThreads, bytes));
+    return sms * std::max(per_sm, 1);
   }();
-  (void)configured;
   const int64_t BT = int64_t{B} * T, C = int64_t{NH} * HS, n_chunks = BT * C / 8;
   const float scale = 1.0f / sqrtf(float(HS));
   attention_delta_kernel<HS><<<ceil_div(n_chunks, 256), 256, 0, stream>>>(delta, dq_accum, dout, out, n_chunks, T, NH);
   CUDA_CHECK_LAUNCH();
-  const int BH = B * NH;
-  attention_backward_kernel<HS><<<BH * ceil_div(T, KEYS), 2 * KEYS, bytes, stream>>>(
-      dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH, backward_group(BH, T, HS), scale);
+  const int BH = B * NH, n_kb = ceil_div(T, KEYS);
+  attention_backward_kernel<HS><<<BH * n_kb, kThreads, bytes, stream>>>(dqkv, dq_accum, delta, dout, qkv, lse, BH, T,
+                                                                        NH, backward_group(BH, n_kb, T, HS, slots), scale);
   CUDA_CHECK_LAUNCH();
   attention_dq_kernel<<<static_cast<int>(std::min<int64_t>((n_chunks + 255) / 256, 65536)), 256, 0, stream>>>(
       dqkv, dq_accum, n_chunks, static_cast<int>(C), scale);

@@ -102,11 +102,16 @@ TEST_CASE("attention head size 128", "[gpu][attention]") {
   for (int T : {1, 77, 130, 256, 333, 1024}) check_attention(2, T, 2, 128);
 }
 
-// The backward runs its blocks in groups of heads (about 8 MiB of rows per group: 10 heads for HS 64 and 5 for
-// HS 128 at T = 1024); 15 and 14 heads leave a partial last group.
-TEST_CASE("attention with a partial group of heads", "[gpu][attention]") {
-  check_attention(3, 1024, 5, 64);
-  check_attention(2, 1024, 7, 128);
+// Deep grids (at least 8 blocks per resident block slot) run the backward's blocks in bands of key blocks and
+// groups of heads. Sized for up to 4 resident blocks per SM: T = 256 (HS 64) and 385 (HS 128, ragged) give 4 key
+// blocks, so the first band holds two; 3 B heads leave a partial last group (42 heads per group at HS 64, 14
+// at HS 128) on 132 SMs.
+TEST_CASE("attention backward over a deep grid", "[gpu][attention]") {
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int B = (32 * sms / 4 + 5 + 2) / 3;
+  check_attention(B, 256, 3, 64);
+  check_attention(B, 385, 3, 128);
 }
 
 TEST_CASE("attention at T = 4096", "[gpu][attention]") {
