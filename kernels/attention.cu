@@ -3,9 +3,10 @@
 // cp.async (double-buffered) and reach the tensor cores through ldmatrix.
 // Forward: one block of 8 warps per (128 queries, b*h), heaviest query blocks first; each warp owns 16 query
 // rows and runs the online softmax over key tiles of 64 up to the diagonal.
-// Backward: delta = rowsum(dO * O); one block of 4 warps per (64 keys, b*h), each warp owning 16 keys and
-// their dK, dV in registers over query blocks diagonal..end; dQ goes to an f32 scratch through atomics and
-// a last pass adds scale * dQ into dqkv.
+// Backward: delta = rowsum(dO * O) (the same pass zeroes the dQ scratch); one block per (key block, b*h), each
+// warp owning 16 keys and their dK, dV in registers over query blocks diagonal..end; on deep grids, blocks of
+// the same heads run together so that their Q, dO and dQ rows stay in L2; dQ goes to an f32 scratch through
+// atomics and a last pass adds scale * dQ into dqkv.
 #include "kernels/attention.cuh"
 #include "kernels/cuda_common.cuh"
 
@@ -224,60 +225,111 @@ __global__ void __launch_bounds__(kFwdThreads, HS == 64 ? 2 : 1)
   }
 }
 
-// delta (B, NH, T) = rowsum(dO * O) per head; one warp per (b, t, h).
-__global__ void attention_delta_kernel(float* delta, const bf16* dout, const bf16* out, int64_t BT, int T, int NH,
-                                       int HS) {
-  const int64_t w = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (w >= BT * NH) return;
-  const int64_t bt = w / NH;
-  const int h = static_cast<int>(w % NH);
-  const int64_t off = bt * NH * HS + int64_t{h} * HS;
+// delta (B, NH, T) = rowsum(dO * O) per head, and dq_accum (B, T, C) = 0 for the backward's atomics.
+// One thread per 8 channels (16-byte loads); HS / 8 adjacent lanes hold one head of one row.
+template <int HS>
+__global__ void attention_delta_kernel(float* delta, float* dq_accum, const bf16* dout, const bf16* out,
+                                       int64_t n_chunks, int T, int NH) {
+  constexpr int kLanes = HS / 8;
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   float acc = 0.0f;
-  for (int d = 2 * lane; d < HS; d += 64) {
-    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dout + off + d));
-    const float2 c = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(out + off + d));
-    acc += a.x * c.x + a.y * c.y;
+  if (i < n_chunks) {
+    const auto a = Vec16<bf16>::load(dout + 8 * i), o = Vec16<bf16>::load(out + 8 * i);
+#pragma unroll
+    for (int k = 0; k < 8; k += 2) {
+      const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a.v[k]));
+      const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&o.v[k]));
+      acc += x.x * y.x + x.y * y.y;
+    }
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    reinterpret_cast<float4*>(dq_accum + 8 * i)[0] = zero;
+    reinterpret_cast<float4*>(dq_accum + 8 * i)[1] = zero;
   }
-  acc = warp_sum(acc);
-  if (lane == 0) {
-    const int64_t b = bt / T, t = bt % T;
+  // Every lane shuffles (lanes past the end add zeros); the groups of kLanes never straddle two heads.
+#pragma unroll
+  for (int m = kLanes / 2; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+  if (i < n_chunks && i % kLanes == 0) {
+    const int64_t row_chunks = int64_t{NH} * kLanes, bt = i / row_chunks, b = bt / T, t = bt % T;
+    const int h = static_cast<int>(i % row_chunks) / kLanes;
     delta[(b * NH + h) * T + t] = acc;
   }
 }
 
-constexpr int kBwdKeys = 64, kBwdWarps = 4, kBwdThreads = 32 * kBwdWarps;  // 4 warps x 16 keys
-
-// Query rows per backward step: 32 for HS 128 keeps dK, dV (128 registers) and the scores within 255.
+// Backward tiling per head size. kKeys: keys per block, 16 per warp, whose dK and dV stay in registers for the
+// whole block; kRows: query rows per step; kMinBlocks: blocks per SM that __launch_bounds__ fits registers to.
 template <int HS>
-constexpr int kBwdRows = HS == 64 ? 64 : 32;
+struct BwdTile;
+// HS 64: three blocks of 4 warps per SM (168 registers) measured 117 TFLOP/s against 108 with two blocks and no
+// spills. Still to measure: kKeys 128, kMinBlocks 1 (8 warps, 210 registers, half the dQ atomics).
+template <>
+struct BwdTile<64> {
+  static constexpr int kKeys = 64, kRows = 64, kMinBlocks = 3;
+};
+// HS 128: 32 rows keep dK, dV (128 registers) and the scores within 255; 8 warps of 255 registers fill the
+// register file with one block (4 warps of 64 keys left half of it unused).
+template <>
+struct BwdTile<128> {
+  static constexpr int kKeys = 128, kRows = 32, kMinBlocks = 1;
+};
 
 template <int HS>
 constexpr int backward_smem_bytes() {
-  constexpr int BR = kBwdRows<HS>;
+  constexpr int KEYS = BwdTile<HS>::kKeys, BR = BwdTile<HS>::kRows;
   // sK, sV, 2 x sQ, 2 x sdO, sdS^T, 2 x lse, 2 x delta
-  return (2 * kBwdKeys + 4 * BR) * (HS + kPad) * 2 + kBwdKeys * (BR + kPad) * 2 + 4 * BR * 4;
+  return (2 * KEYS + 4 * BR) * (HS + kPad) * 2 + KEYS * (BR + kPad) * 2 + 4 * BR * 4;
 }
 
-// HS 64: three blocks per SM (168 registers) measured 117 TFLOP/s against 108 with two blocks and no spills.
-template <int HS>
-__global__ void __launch_bounds__(kBwdThreads, HS == 64 ? 3 : 1)
-    attention_backward_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
-                              const float* lse, int T, int NH, float scale) {
-  constexpr int BR = kBwdRows<HS>, kLd = HS + kPad, kLdS = BR + kPad;
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16* sK = reinterpret_cast<bf16*>(smem);  // (64 keys, HS)
-  bf16* sV = sK + kBwdKeys * kLd;            // (64 keys, HS)
-  bf16* sQ = sV + kBwdKeys * kLd;            // 2 x (BR queries, HS)
-  bf16* sdO = sQ + 2 * BR * kLd;             // 2 x (BR queries, HS)
-  bf16* sdSt = sdO + 2 * BR * kLd;           // (64 keys, BR queries) dS^T
-  float* sLse = reinterpret_cast<float*>(sdSt + kBwdKeys * kLdS);  // 2 x (BR) lse * log2(e)
-  float* sDelta = sLse + 2 * BR;                                   // 2 x (BR)
+// Block order of the backward. Before, blocks ran key block by key block over all B*NH heads, so the ~400 in
+// flight touched every head and each head's Q, dO and dq_accum rows left L2 between its key blocks. Now the
+// key blocks form bands, each taking half of the key blocks still left (later bands hold lighter blocks, so
+// the grid still ends on short blocks); within a band, heads go in groups whose blocks run together, heaviest
+// first. Block i -> (head, key block). Not inlined: inlined, it moved ptxas's register allocation of the main
+// loop from 16 to 88 bytes of spill at HS 64; the call runs once per block.
+__device__ __noinline__ void backward_block(int i, int BH, int n_kb, int group, int& bh, int& kb) {
+  const int kb_major = i / BH;  // the key block of block i in the plain key-block-major order: picks the band
+  int lo = 0, hi = max(1, n_kb / 2);
+  while (kb_major >= hi) {
+    lo = hi;
+    hi = lo + max(1, (n_kb - lo) / 2);
+  }
+  const int width = hi - lo, j = i - BH * lo;  // band [lo, hi) holds blocks BH * lo .. BH * hi - 1
+  const int g0 = j / (group * width) * group, g_size = min(group, BH - g0);
+  const int r = j - g0 * width;  // < g_size * width
+  kb = lo + r / g_size;
+  bh = g0 + r % g_size;
+}
 
+// Heads per group: each head's Q, K, V, dO (bf16) and dq_accum (f32) rows are 12 T HS bytes, and ~8 MiB per
+// group keeps a few groups in L2. Grids of fewer than 8 waves take one group of all heads, which is the plain
+// key-block-major order: there the last group's long blocks would start too late (a simulated tail of up to
+// 20% at 2 waves, under 1% from 8 waves on).
+int backward_group(int BH, int n_kb, int T, int HS, int slots) {
+  if (int64_t{BH} * n_kb < 8 * int64_t{slots}) return BH;
+  const int64_t per_head = 12 * int64_t{T} * HS;
+  return static_cast<int>(std::clamp<int64_t>((int64_t{8} << 20) / per_head, 1, BH));
+}
+
+template <int HS>
+__global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlocks)
+    attention_backward_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
+                              const float* lse, int BH, int T, int NH, int group, float scale) {
+  constexpr int KEYS = BwdTile<HS>::kKeys, BR = BwdTile<HS>::kRows, kThreads = 2 * KEYS, kWarps = KEYS / 16;
+  constexpr int kLd = HS + kPad, kLdS = BR + kPad;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem);  // (KEYS, HS)
+  bf16* sV = sK + KEYS * kLd;                // (KEYS, HS)
+  bf16* sQ = sV + KEYS * kLd;                // 2 x (BR queries, HS)
+  bf16* sdO = sQ + 2 * BR * kLd;             // 2 x (BR queries, HS)
+  bf16* sdSt = sdO + 2 * BR * kLd;           // (KEYS, BR queries) dS^T
+  float* sLse = reinterpret_cast<float*>(sdSt + KEYS * kLdS);  // 2 x (BR) lse * log2(e)
+  float* sDelta = sLse + 2 * BR;                               // 2 x (BR)
+
+  const int n_kb = ceil_div(T, KEYS);
+  int bh, kb;
+  backward_block(static_cast<int>(blockIdx.x), BH, n_kb, group, bh, kb);
+  const int b = bh / NH, h = bh % NH, k0 = kb * KEYS;
   const int C = NH * HS;
   const int64_t ld = 3 * int64_t{C};
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int k0 = blockIdx.y * kBwdKeys;  // the first key blocks see the most queries: they go first
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int key_lo = k0 + warp * 16;  // this warp's first key
   const bf16* q_base = qkv + int64_t{b} * T * ld + h * HS;
@@ -289,12 +341,12 @@ __global__ void __launch_bounds__(kBwdThreads, HS == 64 ? 3 : 1)
 
   // Query rows past T get lse = inf, hence P = 0 and no contribution.
   auto load_rows = [&](int q0, int st) {
-    load_tile<BR, HS, kBwdThreads>(sQ + st * BR * kLd, q_base, ld, q0, T);
-    load_tile<BR, HS, kBwdThreads>(sdO + st * BR * kLd, do_base, C, q0, T);
+    load_tile<BR, HS, kThreads>(sQ + st * BR * kLd, q_base, ld, q0, T);
+    load_tile<BR, HS, kThreads>(sdO + st * BR * kLd, do_base, C, q0, T);
     cp_async_commit();
   };
-  load_tile<kBwdKeys, HS, kBwdThreads>(sK, q_base + C, ld, k0, T);
-  load_tile<kBwdKeys, HS, kBwdThreads>(sV, q_base + 2 * C, ld, k0, T);
+  load_tile<KEYS, HS, kThreads>(sK, q_base + C, ld, k0, T);
+  load_tile<KEYS, HS, kThreads>(sV, q_base + 2 * C, ld, k0, T);
   load_rows(qb_first * BR, 0);
   if (threadIdx.x < BR) {
     const int qi = qb_first * BR + threadIdx.x;
@@ -303,12 +355,18 @@ __global__ void __launch_bounds__(kBwdThreads, HS == 64 ? 3 : 1)
   }
 
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};  // this warp's (16 keys, HS)
-  constexpr int kRowTiles = BR / 16, kCols = HS * kRowTiles / kBwdWarps;  // dQ split over the warps
+  // dQ (BR, HS) of a step split over the warps: kRowTiles row tiles of 16 times HS / kCols column slices.
+  constexpr int kRowTiles = BR / 16, kCols = HS * kRowTiles / kWarps;
+  static_assert(kWarps % kRowTiles == 0 && kCols % 16 == 0, "dQ tiles must divide evenly over the warps");
   const int dq_row = (warp % kRowTiles) * 16, dq_col = (warp / kRowTiles) * kCols;
 
   for (int qb = qb_first; qb < n_qb; ++qb) {
     const int st = (qb - qb_first) & 1, q0 = qb * BR;
-    float next_lse = INFINITY, next_delta = 0.0f;
+    cp_async_wait<0>();  // the only group in flight is stage st (with sK, sV on the first step)
+    // Stage st is visible to every thread, and every warp has left step qb - 1: stage st ^ 1 of sQ, sdO, sLse,
+    // sDelta and sdSt are free to overwrite.
+    __syncthreads();
+    float next_lse = INFINITY, next_delta = 0.0f;  // kept in registers, stored at the end of the step
     if (qb + 1 < n_qb) {
       load_rows(q0 + BR, st ^ 1);
       const int qi = q0 + BR + threadIdx.x;
@@ -316,13 +374,13 @@ __global__ void __launch_bounds__(kBwdThreads, HS == 64 ? 3 : 1)
         next_lse = lse_bh[qi] * kLog2e;
         next_delta = delta_bh[qi];
       }
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
     }
-    __syncthreads();
     const bf16* sQt = sQ + st * BR * kLd;
     const bf16* sdOt = sdO + st * BR * kLd;
+
+    // 16-query chunks whose every query precedes every key of this warp are masked whole (P = dS = 0): their
+    // MMAs are skipped, and the mask below zeroes their P. Warp-uniform; only on the diagonal steps.
+    auto live = [&](int chunk) { return q0 + 16 * chunk + 15 >= key_lo; };
 
     // S^T = K Q^T and dP^T = V dO^T, (16 keys, BR queries) for this warp.
     float s[BR / 8][4] = {}, dp[BR / 8][4] = {};
@@ -333,6 +391,7 @@ __global__ void __launch_bounds__(kBwdThreads, HS == 64 ? 3 : 1)
       ldmatrix_x4(va, frag_rows16(sV + warp * 16 * kLd + kk * 16, kLd, lane));
 #pragma unroll
       for (int jp = 0; jp < BR / 16; ++jp) {
+        if (!live(jp)) continue;
         uint32_t qb4[4], ob4[4];
         ldmatrix_x4(qb4, frag_cols16(sQt + jp * 16 * kLd + kk * 16, kLd, lane));
         ldmatrix_x4(ob4, frag_cols16(sdOt + jp * 16 * kLd + kk * 16, kLd, lane));
@@ -343,6 +402,7 @@ __global__ void __launch_bounds__(kBwdThreads, HS == 64 ? 3 : 1)
       }
     }
     // P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta); both as A fragments, dS^T also to shared.
+    // The mask is needed iff the step's first query precedes the warp's last key.
     const bool diagonal = q0 < key_lo + 15;
     const float* sLset = sLse + st * BR;
     const float* sDeltat = sDelta + st * BR;
@@ -369,6 +429,7 @@ __global__ void __launch_bounds__(kBwdThreads, HS == 64 ? 3 : 1)
     // dV += P^T dO, dK += dS^T Q (dK unscaled until the end).
 #pragma unroll
     for (int kk = 0; kk < BR / 16; ++kk) {
+      if (!live(kk)) continue;
 #pragma unroll
       for (int dp16 = 0; dp16 < HS / 16; ++dp16) {
         uint32_t ob4[4], qb4[4];
@@ -381,10 +442,10 @@ __global__ void __launch_bounds__(kBwdThreads, HS == 64 ? 3 : 1)
       }
     }
     __syncthreads();  // sdSt is complete
-    // dQ (BR, HS) partial = dS K over this block's 64 keys; this warp's 16 rows x kCols columns.
+    // dQ (BR, HS) partial = dS K over this block's keys; this warp's 16 rows x kCols columns.
     float dqa[kCols / 8][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < kBwdKeys / 16; ++kk) {
+    for (int kk = 0; kk < KEYS / 16; ++kk) {
       uint32_t da[4];
       ldmatrix_x4_trans(da, frag_cols16(sdSt + kk * 16 * kLdS + dq_row, kLdS, lane));
 #pragma unroll
@@ -410,11 +471,10 @@ __global__ void __launch_bounds__(kBwdThreads, HS == 64 ? 3 : 1)
 #endif
       }
     }
-    if (threadIdx.x < BR) {
+    if (threadIdx.x < BR) {  // stage st ^ 1 was last read in step qb - 1, before this step's first barrier
       sLse[(st ^ 1) * BR + threadIdx.x] = next_lse;
       sDelta[(st ^ 1) * BR + threadIdx.x] = next_delta;
     }
-    __syncthreads();  // stage st and sdSt are free for the next step
   }
 
   // dK (scaled) and dV added into dqkv.
@@ -435,14 +495,20 @@ __global__ void __launch_bounds__(kBwdThreads, HS == 64 ? 3 : 1)
   }
 }
 
-// dqkv[:, :, q part] += scale * dq_accum; one thread per pair of elements of (B, T, C).
-__global__ void attention_dq_kernel(bf16* dqkv, const float* dq_accum, int64_t n_pairs, int C, float scale) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n_pairs;
+// dqkv[:, :, q part] += scale * dq_accum; one thread per 8 channels of (B, T, C) (16-byte accesses).
+__global__ void attention_dq_kernel(bf16* dqkv, const float* dq_accum, int64_t n_chunks, int C, float scale) {
+  const int row_chunks = C / 8;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n_chunks;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t bt = 2 * i / C, c = 2 * i % C;
-    auto* d = reinterpret_cast<__nv_bfloat162*>(dqkv + bt * 3 * C + c);
-    const float2 acc = reinterpret_cast<const float2*>(dq_accum)[i], old = __bfloat1622float2(*d);
-    *d = __floats2bfloat162_rn(old.x + scale * acc.x, old.y + scale * acc.y);
+    const int64_t bt = i / row_chunks;
+    bf16* d = dqkv + bt * 3 * C + (i % row_chunks) * 8;
+    const float4 a0 = reinterpret_cast<const float4*>(dq_accum)[2 * i];
+    const float4 a1 = reinterpret_cast<const float4*>(dq_accum)[2 * i + 1];
+    const float acc[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    auto v = Vec16<bf16>::load(d);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v.v[k] = __float2bfloat16_rn(__bfloat162float(v.v[k]) + scale * acc[k]);
+    v.store(d);
   }
 }
 
@@ -471,17 +537,27 @@ void launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH
 }
 
 template <int HS>
-void launch_backward(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
+void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv, const bf16* out,
                      const float* lse, int B, int T, int NH, cudaStream_t stream) {
-  constexpr int bytes = backward_smem_bytes<HS>();
-  static const bool configured = [] {
+  constexpr int KEYS = BwdTile<HS>::kKeys, kThreads = 2 * KEYS, bytes = backward_smem_bytes<HS>();
+  static const int slots = [] {  // blocks resident at once on the device
     CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return true;
+    int device = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_backward_kernel<HS>, kThreads, bytes));
+    return sms * std::max(per_sm, 1);
   }();
-  (void)configured;
-  const dim3 grid(B * NH, ceil_div(T, kBwdKeys));
-  attention_backward_kernel<HS>
-      <<<grid, kBwdThreads, bytes, stream>>>(dqkv, dq_accum, delta, dout, qkv, lse, T, NH, 1.0f / sqrtf(float(HS)));
+  const int64_t BT = int64_t{B} * T, C = int64_t{NH} * HS, n_chunks = BT * C / 8;
+  const float scale = 1.0f / sqrtf(float(HS));
+  attention_delta_kernel<HS><<<ceil_div(n_chunks, 256), 256, 0, stream>>>(delta, dq_accum, dout, out, n_chunks, T, NH);
+  CUDA_CHECK_LAUNCH();
+  const int BH = B * NH, n_kb = ceil_div(T, KEYS);
+  attention_backward_kernel<HS><<<BH * n_kb, kThreads, bytes, stream>>>(dqkv, dq_accum, delta, dout, qkv, lse, BH, T,
+                                                                        NH, backward_group(BH, n_kb, T, HS, slots), scale);
+  CUDA_CHECK_LAUNCH();
+  attention_dq_kernel<<<static_cast<int>(std::min<int64_t>((n_chunks + 255) / 256, 65536)), 256, 0, stream>>>(
+      dqkv, dq_accum, n_chunks, static_cast<int>(C), scale);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -500,18 +576,12 @@ void attention_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* d
   check_sizes("attention_backward", qkv, B, T, NH, HS);
   FP8T_CHECK(aligned16(dout) && aligned16(out), "attention_backward: dout and out must be 16-byte aligned");
   FP8T_CHECK(aligned16(dqkv) && aligned16(dq_accum), "attention_backward: dqkv and dq_accum must be 16-byte aligned");
-  const int64_t BT = int64_t{B} * T, C = int64_t{NH} * HS;
-  CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, BT * C * sizeof(float), stream));
-  attention_delta_kernel<<<ceil_div(BT * NH * 32, 256), 256, 0, stream>>>(delta, dout, out, BT, T, NH, HS);
-  CUDA_CHECK_LAUNCH();
+  FP8T_CHECK(int64_t{B} * NH * ceil_div(T, 64) <= 0x7fffffff, "attention_backward: grid too large (B={} NH={} T={})", B,
+             NH, T);
   if (HS == 64)
-    launch_backward<64>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, stream);
+    launch_backward<64>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream);
   else
-    launch_backward<128>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, stream);
-  const int64_t n_pairs = BT * C / 2;
-  attention_dq_kernel<<<static_cast<int>(std::min<int64_t>((n_pairs + 255) / 256, 65536)), 256, 0, stream>>>(
-      dqkv, dq_accum, n_pairs, static_cast<int>(C), 1.0f / sqrtf(float(HS)));
-  CUDA_CHECK_LAUNCH();
+    launch_backward<128>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream);
 }
 
 }  // namespace fp8t::kernels
