@@ -150,7 +150,9 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(const T* __restrict__ in
 // cover four 128-byte row segments. The row-major codes go straight to out (8-byte stores); the
 // thread's 8 columns of 4 codes are transposed in registers into 8 words and staged in shared memory
 // as 16-byte chunks (16 rows of one column), which become 16-byte stores to out_t, a warp writing
-// four full 128-byte row segments.
+// four full 128-byte row segments. With stats.colsum, the thread's 8 column sums over its 4 rows are
+// reduced across the 4 threads of a warp that share its columns (shuffles), then across the 8 warps
+// (shared memory), and the first 64 threads add the tile's column sums with one atomic each.
 constexpr int kTileRows = 128, kTileCols = 64;
 constexpr int kChunks = kTileRows / 16;  // 16-byte chunks per tile column
 static_assert(kTileRows == 4 * (kThreads / (kTileCols / 8)) && kChunks == 8, "thread blocks must tile the tile");
@@ -161,20 +163,25 @@ static_assert(kTileRows == 4 * (kThreads / (kTileCols / 8)) && kChunks == 8, "th
 __device__ __forceinline__ int chunk_slot(int c, int q) { return c * kChunks + (q ^ ((c / 8) % kChunks)); }
 
 // kVec: cols % 8 == 0, in 16-byte aligned, out (if any) 8-byte aligned. vec_t: rows % 16 == 0 and
-// out_t 16-byte aligned. Elements outside the matrix read as zero and are never stored.
-template <Fp8Format F, typename T, bool kVec>
+// out_t 16-byte aligned. out and out_t may each be null. kColsum: stats.colsum is set (a template
+// argument so that the casts without it keep their registers: the 16-byte path needs 48 without and
+// 64 with on sm_90a, 5 and 4 blocks per SM). Elements outside the matrix read as zero (adding nothing
+// to any statistic) and are never stored.
+template <Fp8Format F, typename T, bool kVec, bool kColsum>
 __global__ void __launch_bounds__(kThreads)
     cast_transpose_kernel(const T* __restrict__ in, uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
                           int64_t rows, int64_t cols, bool vec_t, const float* __restrict__ scale_ptr,
                           Fp8CastOutputs stats) {
-  __shared__ uint4 s_t[kTileCols * kChunks];  // (tile cols, kChunks) chunks, swizzled
+  __shared__ uint4 s_t[kTileCols * kChunks];              // (tile cols, kChunks) chunks, swizzled
+  __shared__ float s_colsum[kThreads / 32][kTileCols];    // (warps, tile cols) partial column sums
   const float scale = *scale_ptr;
   const int64_t r0 = int64_t{blockIdx.y} * kTileRows, c0 = int64_t{blockIdx.x} * kTileCols;
   const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
   const int64_t c = c0 + 8 * tx;  // the thread's first column
 
   ThreadStats st;
-  uint2 codes[4];  // (4, 8): row j's columns 0-3 in .x, 4-7 in .y
+  uint2 codes[4];       // (4, 8): row j's columns 0-3 in .x, 4-7 in .y
+  float col_sum[8] = {};  // (8): the thread's columns summed over its 4 rows
   if constexpr (kVec) {
     float x[4][8];  // the four 16-byte loads are all issued before any use
 #pragma unroll
@@ -184,7 +191,13 @@ __global__ void __launch_bounds__(kThreads)
       else for (float& e : x[j]) e = 0.0f;
     }
 #pragma unroll
-    for (int j = 0; j < 4; ++j) codes[j] = convert8<F>(x[j], scale, st);
+    for (int j = 0; j < 4; ++j) {
+      codes[j] = convert8<F>(x[j], scale, st);
+      if constexpr (kColsum) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) col_sum[e] += x[j][e];
+      }
+    }
   } else {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -193,6 +206,24 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 8; ++e) x[e] = r < rows && c + e < cols ? to_float(in[r * cols + c + e]) : 0.0f;
       codes[j] = convert8<F>(x, scale, st);
+      if constexpr (kColsum) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) col_sum[e] += x[e];
+      }
+    }
+  }
+
+  if constexpr (kColsum) {
+    // Lanes tx, tx + 8, tx + 16 and tx + 24 of a warp hold 16 consecutive tile rows of the same columns;
+    // lane tx (< 8) ends with their sum and leaves it for the reduction over warps after the barrier.
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      col_sum[e] += __shfl_xor_sync(0xffffffffu, col_sum[e], 8);
+      col_sum[e] += __shfl_xor_sync(0xffffffffu, col_sum[e], 16);
+    }
+    if (threadIdx.x % 32 < 8) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s_colsum[threadIdx.x / 32][8 * tx + e] = col_sum[e];
     }
   }
 
@@ -211,25 +242,34 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   // Column e's word holds rows 4 * ty + 0..3, low byte first: a 4x4 byte transpose per half.
-  uint32_t* s_words = reinterpret_cast<uint32_t*>(s_t);
+  if (out_t) {
+    uint32_t* s_words = reinterpret_cast<uint32_t*>(s_t);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t a = h ? codes[0].y : codes[0].x, b = h ? codes[1].y : codes[1].x;
-    const uint32_t cc = h ? codes[2].y : codes[2].x, d = h ? codes[3].y : codes[3].x;
-    const uint32_t ab01 = __byte_perm(a, b, 0x5140), ab23 = __byte_perm(a, b, 0x7362);  // a0 b0 a1 b1, a2 b2 a3 b3
-    const uint32_t cd01 = __byte_perm(cc, d, 0x5140), cd23 = __byte_perm(cc, d, 0x7362);
-    const uint32_t col[4] = {__byte_perm(ab01, cd01, 0x5410), __byte_perm(ab01, cd01, 0x7632),
-                             __byte_perm(ab23, cd23, 0x5410), __byte_perm(ab23, cd23, 0x7632)};
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t a = h ? codes[0].y : codes[0].x, b = h ? codes[1].y : codes[1].x;
+      const uint32_t cc = h ? codes[2].y : codes[2].x, d = h ? codes[3].y : codes[3].x;
+      const uint32_t ab01 = __byte_perm(a, b, 0x5140), ab23 = __byte_perm(a, b, 0x7362);  // a0 b0 a1 b1, a2 b2 a3 b3
+      const uint32_t cd01 = __byte_perm(cc, d, 0x5140), cd23 = __byte_perm(cc, d, 0x7362);
+      const uint32_t col[4] = {__byte_perm(ab01, cd01, 0x5410), __byte_perm(ab01, cd01, 0x7632),
+                               __byte_perm(ab23, cd23, 0x5410), __byte_perm(ab23, cd23, 0x7632)};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s_words[chunk_slot(8 * tx + 4 * h + e, ty / 4) * 4 + ty % 4] = col[e];
+      for (int e = 0; e < 4; ++e) s_words[chunk_slot(8 * tx + 4 * h + e, ty / 4) * 4 + ty % 4] = col[e];
+    }
   }
   __syncthreads();
+
+  if (kColsum && threadIdx.x < kTileCols && c0 + threadIdx.x < cols) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) sum += s_colsum[w][threadIdx.x];
+    atomicAdd(stats.colsum + c0 + threadIdx.x, sum);
+  }
 
 #pragma unroll
   for (int p = 0; p < kTileCols * kChunks / kThreads; ++p) {
     const int idx = p * kThreads + threadIdx.x, tc = idx / kChunks, q = idx % kChunks;
     const int64_t oc = c0 + tc, orow = r0 + 16 * q;  // out_t row (a column of in) and its first column
-    if (oc < cols && orow < rows) {
+    if (out_t && oc < cols && orow < rows) {
       const uint4 chunk = s_t[chunk_slot(tc, q)];
       uint8_t* dst = out_t + oc * rows + orow;
       if (vec_t && orow + 16 <= rows) {
@@ -304,16 +344,21 @@ int blocks_for(int64_t items, int64_t per_block) {
 
 bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0; }
 
+// The flat cast does not know columns, so a cast that sums them takes the tiled kernel even without
+// out_t.
 template <Fp8Format F, typename T>
 void launch_cast(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t, const float* scale,
                  Fp8CastOutputs stats, cudaStream_t stream) {
-  if (out_t) {
-    FP8T_CHECK(ceil_div(rows, kTileRows) <= 65535, "fp8_cast: {} rows exceed the transpose grid (max {})", rows,
+  if (out_t || stats.colsum) {
+    FP8T_CHECK(ceil_div(rows, kTileRows) <= 65535, "fp8_cast: {} rows exceed the tiled grid (max {})", rows,
                int64_t{65535} * kTileRows);
     const dim3 grid(ceil_div(cols, kTileCols), ceil_div(rows, kTileRows));
     const bool vec = cols % 8 == 0 && aligned16(in) && (!out || aligned8(out));
     const bool vec_t = rows % 16 == 0 && aligned16(out_t);
-    const auto kernel = vec ? cast_transpose_kernel<F, T, true> : cast_transpose_kernel<F, T, false>;
+    const auto kernel = stats.colsum ? (vec ? cast_transpose_kernel<F, T, true, true>
+                                            : cast_transpose_kernel<F, T, false, true>)
+                                     : (vec ? cast_transpose_kernel<F, T, true, false>
+                                            : cast_transpose_kernel<F, T, false, false>);
     kernel<<<grid, kThreads, 0, stream>>>(in, out, out_t, rows, cols, vec_t, scale, stats);
   } else {
     const int64_t n = rows * cols;

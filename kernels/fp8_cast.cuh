@@ -16,11 +16,16 @@ namespace fp8t::kernels {
 struct Fp8CastOutputs {
   float* amax = nullptr;                  // max |x| (unscaled), as float bits; NaN sticks. Zero it to start.
   unsigned long long* saturated = nullptr;  // += count of |x * scale| > fmax (infinities included)
+  // (cols): colsum[c] += sum over rows of the unscaled in[:, c], in f32 (a bias gradient read off the
+  // same pass over dy). Added with atomics, one per column per 128-row tile, so the order of the f32
+  // additions varies from run to run; NaN and inf propagate as in any sum. Not zeroed by the cast.
+  float* colsum = nullptr;
 };
 
 // in (rows, cols) bf16 or f32, row-major. codes[i] = float_to_fp8(in[i] * *scale) bit-exactly as the
 // host codec (RNE, satfinite, NaN -> 0x7F for E4M3 / 0x7E for E5M2). out (rows, cols) and out_t
-// (cols, rows) may each be null (not both).
+// (cols, rows) may each be null (not both). A cast with stats.colsum set always runs the tiled
+// (cast + transpose) kernel, which knows columns; without out_t it just skips the transposed stores.
 void fp8_cast(const void* in, DType in_dtype, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t,
               Fp8Format format, const float* scale, Fp8CastOutputs stats, cudaStream_t stream);
 

@@ -288,13 +288,23 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
     Fp8DeviceSlot* sdy = slot(slots, Fp8Role::grad_output);
     const bool need_dx = x_needs_grad, need_dw = w->requires_grad;
     const int m = static_cast<int>(M), ic = static_cast<int>(IC), oc = static_cast<int>(OC);
+    // Bias gradient (OC) += column sums of the unquantized dy, as Transformer Engine does.
+    float* db = nullptr;
+    if (b && b->requires_grad) {
+      Tensor& g = grad_of(b);
+      expect_cuda(g, DType::f32, "the bias gradient", st.name);
+      db = g.data<float>();
+    }
     if (need_dx || need_dw) {
-      // dy (M, OC) for dgrad and dy^T (OC, M) for wgrad, in one pass.
+      // dy (M, OC) for dgrad and dy^T (OC, M) for wgrad, in one pass that also adds dy's column sums
+      // into db.
       Tensor dyq = need_dx ? Tensor::empty({M, OC}, bwd, dy.device(), MemCategory::workspace) : Tensor();
       Tensor dyq_t = need_dw ? Tensor::empty({OC, M}, bwd, dy.device(), MemCategory::workspace) : Tensor();
       prepare_scale(st.grad_output, sdy, dy, stream);
+      k::Fp8CastOutputs dy_stats = stats_into(sdy);
+      dy_stats.colsum = db;
       k::fp8_cast(dy.raw(), DType::bf16, M, OC, need_dx ? dyq.data<uint8_t>() : nullptr,
-                  need_dw ? dyq_t.data<uint8_t>() : nullptr, st.formats.backward, &sdy->scale, stats_into(sdy), stream);
+                  need_dw ? dyq_t.data<uint8_t>() : nullptr, st.formats.backward, &sdy->scale, dy_stats, stream);
       st.device.mark_pending(Fp8Role::grad_output);
       if (need_dx) {
         Tensor& dx = grad_of(x_grad);
@@ -317,12 +327,8 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
         k::matmul_fp8_backward_weight(dw.data<float>(), {dyq_t.raw(), bwd, &sdy->scale_inv},
                                       {xt.raw(), fwd, x_scale_inv}, m, ic, oc, /*accumulate=*/true, stream);
       }
-    }
-    if (b && b->requires_grad) {
-      // Bias gradient from the unquantized dy, as Transformer Engine does.
-      Tensor& db = grad_of(b);
-      expect_cuda(db, DType::f32, "the bias gradient", st.name);
-      k::matmul_backward_bias(db.data<float>(), dy.data<bf16>(), m, oc, stream);
+    } else if (db) {  // only the bias needs a gradient: no cast to ride on
+      k::matmul_backward_bias(db, dy.data<bf16>(), m, oc, stream);
     }
     (void)x_scales;  // keeps the current-scaling copy of (scale, scale_inv) alive until here
   });

@@ -93,6 +93,22 @@ int64_t mismatches(const std::vector<uint8_t>& got, const std::vector<uint8_t>& 
   return bad;
 }
 
+// Columns whose device sum differs from prior + the double column sum by more than reordered f32
+// additions allow (1e-5 of the column's absolute sum, prior included); a NaN or infinite reference
+// must be matched as such.
+int64_t colsum_mismatches(const std::vector<float>& got, const std::vector<float>& prior,
+                          const std::vector<double>& sum, const std::vector<double>& abs_sum) {
+  if (got.size() != prior.size()) return -1;
+  int64_t bad = 0;
+  for (size_t c = 0; c < got.size(); ++c) {
+    const double want = double(prior[c]) + sum[c];
+    if (std::isnan(want)) bad += !std::isnan(got[c]);
+    else if (std::isinf(want)) bad += double(got[c]) != want;
+    else bad += !(std::fabs(double(got[c]) - want) <= 1e-5 * (std::fabs(prior[c]) + abs_sum[c]));
+  }
+  return bad;
+}
+
 struct Dims { int M, K, N; };
 const Dims kGemmShapes[] = {{16, 16, 16}, {128, 768, 2304}, {1024, 256, 768}, {48, 1600, 80}};
 
@@ -193,11 +209,14 @@ TEST_CASE("fp8 cast: f32 input - odd shapes - transpose only - finite amax accum
   CHECK(s[2] == 1.0f / host_scale);
 }
 
-TEST_CASE("fp8 cast: random bf16 and f32 - vector and ragged shapes - every output layout - misaligned input",
+TEST_CASE("fp8 cast: random bf16 and f32 - vector and ragged shapes - every output layout - misaligned input - "
+          "column sums",
           "[gpu][fp8]") {
   // Full (128, 64) tiles with 16-byte loads and stores (4096x768); partial tiles on the vector path
   // with rows % 16 == 0 (272x200) or not (300x136, 33x4104); ragged shapes on the scalar path; rows or
-  // cols of 1. The flat cast (no out_t) covers n % 8 != 0 tails; offset 1 misaligns the input.
+  // cols of 1. The flat cast (no out_t) covers n % 8 != 0 tails; offset 1 misaligns the input. Each
+  // cast runs without and with column sums (which take the tiled kernel also without out_t), added
+  // to prior contents; the codes, amax and saturation must not change.
   const std::pair<int64_t, int64_t> shapes[] = {{4096, 768}, {272, 200}, {300, 136}, {33, 4104}, {77, 333},
                                                 {129, 65},   {1, 1},     {7, 1},     {1, 33}};
   const float scale = 16.0f;  // |x| > 28 saturates E4M3: ~0.05% of N(0, 8)
@@ -210,6 +229,12 @@ TEST_CASE("fp8 cast: random bf16 and f32 - vector and ragged shapes - every outp
         x[n - 1] = -INFINITY;
         x[n / 2] = NAN;
       }
+      std::vector<double> col_sum(static_cast<size_t>(cols)), col_abs(static_cast<size_t>(cols));
+      for (int64_t i = 0; i < n; ++i) {
+        col_sum[i % cols] += x[i];
+        col_abs[i % cols] += std::fabs(x[i]);
+      }
+      const auto prior = randn(static_cast<size_t>(cols), 100.0f);
       for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
         std::vector<uint8_t> ref(static_cast<size_t>(n));
         const Fp8CastStats rs = fp8_quantize(x.data(), n, scale, f, ref.data());
@@ -221,18 +246,22 @@ TEST_CASE("fp8 cast: random bf16 and f32 - vector and ragged shapes - every outp
             xs.insert(xs.end(), x.begin(), x.end());
             const Tensor dx = upload(xs, {n + offset}, dt);
             const char* in = static_cast<const char*>(dx.raw()) + offset * dtype_size(dt);
-            for (int mode = 0; mode < 3; ++mode) {  // out only, out_t only, both
-              const bool want_out = mode != 1, want_t = mode != 0;
+            for (int mode = 0; mode < 6; ++mode) {  // out only, out_t only, both; then each with column sums
+              const bool want_out = mode % 3 != 1, want_t = mode % 3 != 0, want_sum = mode >= 3;
               INFO(rows << "x" << cols << " " << name(f) << " " << dtype_name(dt) << " offset " << offset << " mode "
                         << mode << " specials " << specials);
               Tensor out = poisoned({rows, cols}, fp8_dtype(f)), out_t = poisoned({cols, rows}, fp8_dtype(f));
               Tensor stats = Tensor::zeros({4}, DType::f32, kGpu);  // amax (float), pad, saturated (u64)
+              Tensor sums = upload(prior, {cols}, DType::f32);
               kernels::fp8_cast(in, dt, rows, cols, want_out ? out.data<uint8_t>() : nullptr,
                                 want_t ? out_t.data<uint8_t>() : nullptr, f, d_scale.data<float>(),
-                                {stats.data<float>(), reinterpret_cast<unsigned long long*>(stats.data<float>() + 2)},
+                                {stats.data<float>(), reinterpret_cast<unsigned long long*>(stats.data<float>() + 2),
+                                 want_sum ? sums.data<float>() : nullptr},
                                 kernels::compute_stream());
               if (want_out) CHECK(mismatches(download_codes(out), ref) == 0);
               if (want_t) CHECK(mismatches(download_codes(out_t), ref_t) == 0);
+              if (want_sum) CHECK(colsum_mismatches(download(sums), prior, col_sum, col_abs) == 0);
+              else CHECK(download(sums) == prior);  // untouched
               const Tensor hs = stats.to(Device::cpu());
               const float amax = hs.data<float>()[0];
               if (std::isnan(rs.amax)) CHECK(std::isnan(amax));
@@ -431,6 +460,59 @@ TEST_CASE("fp8 linear: CUDA matches the CPU emulation - delayed and current scal
       }
       CHECK(gpu.weight_casts == 2);  // once per optimizer step, not per micro-batch
     }
+  }
+}
+
+TEST_CASE("fp8 linear: the bias gradient is added once whichever of x and w need gradients - ragged tiles",
+          "[gpu][fp8]") {
+  // The CUDA backward adds db inside the dy cast when there is one (dgrad and/or wgrad) and with a
+  // column-sum kernel when only the bias needs a gradient. M = 272 and OC = 208 leave partial
+  // (128, 64) tiles of dy; db starts non-zero, so adding it twice or not at all shows.
+  const int64_t M = 272, IC = 64, OC = 208;
+  const auto x = round_bf16(randn(M * IC, 1.5f)), w = round_bf16(randn(OC * IC, 0.03f));
+  const auto b = round_bf16(randn(OC, 0.1f)), dy = round_bf16(randn(M * OC, 2e-2f));
+  const auto db0 = randn(OC, 0.5f);
+  std::vector<double> dy_sum(OC), dy_abs(OC);
+  for (int64_t i = 0; i < M * OC; ++i) {
+    dy_sum[i % OC] += dy[i];
+    dy_abs[i % OC] += std::fabs(dy[i]);
+  }
+  auto run = [&](Device dev, bool x_grad, bool w_grad) {
+    const DType dt = dev.is_cuda() ? DType::bf16 : DType::f32;
+    auto put = [&](const std::vector<float>& v, Shape shape, DType d) {
+      return dev.is_cuda() ? upload(v, shape, d) : Tensor::from_vector(v, shape);
+    };
+    Fp8LinearState st("h.0.attn.c_attn", Fp8Config{});
+    Var xv = make_var(put(x, {M, IC}, dt), x_grad), wv = make_var(put(w, {OC, IC}, dt), w_grad),
+        bv = make_var(put(b, {OC}, dt), true);
+    if (w_grad) wv->grad = Tensor::zeros({OC, IC}, DType::f32, dev, MemCategory::gradients);
+    bv->grad = put(db0, {OC}, DType::f32);  // a gradient from an earlier micro-batch
+    Tape tape;
+    Var y;
+    {
+      TapeScope scope(&tape);
+      y = fp8_linear(xv, wv, bv, st);
+    }
+    grad_of(y).copy_from(put(dy, {M, OC}, dt));
+    {
+      TapeScope none(nullptr);
+      tape.run_backward();
+    }
+    if (dev.is_cuda()) CUDA_CHECK(cudaDeviceSynchronize());
+    LinearResult r{{}, x_grad ? grad_of(xv).to_float_vector() : std::vector<float>{},
+                   w_grad ? wv->grad.to_float_vector() : std::vector<float>{}, bv->grad.to_float_vector()};
+    st.on_optimizer_step();
+    return r;
+  };
+  for (auto [x_grad, w_grad] : {std::pair{true, true}, {true, false}, {false, true}, {false, false}}) {
+    INFO("x needs a gradient " << x_grad << ", w needs a gradient " << w_grad);
+    const LinearResult rg = run(kGpu, x_grad, w_grad);
+    CHECK(colsum_mismatches(rg.db, db0, dy_sum, dy_abs) == 0);
+    const LinearResult rc = run(Device::cpu(), x_grad, w_grad);  // dx and dw unchanged by the fusion
+    CHECK(rg.dx.size() == rc.dx.size());
+    CHECK(rg.dw.size() == rc.dw.size());
+    if (x_grad) CHECK(rel_err(rg.dx, rc.dx) < 1e-2);
+    if (w_grad) CHECK(rel_err(rg.dw, rc.dw) < 1e-3);
   }
 }
 
