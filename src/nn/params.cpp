@@ -51,8 +51,7 @@ void ParameterStore::zero_grads() { grads_.zero_(); }
 
 void ParameterStore::sync_compute() {
   if (!compute_.defined()) return;
-  Tensor converted = cast(master_, compute_.dtype(), MemCategory::workspace);
-  compute_.copy_from(converted);
+  cast_into(compute_, master_);  // in place: no full-size temporary
 }
 
 }  // namespace fp8t

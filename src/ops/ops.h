@@ -14,6 +14,7 @@ void fill_(Tensor& t, float value);
 void add_(Tensor& dst, const Tensor& src);  // dst += src (same numel; f32/f64/bf16)
 void scale_(Tensor& t, float s);
 Tensor cast(const Tensor& t, DType dtype, MemCategory cat = MemCategory::activations);  // f32<->f64<->bf16
+void cast_into(Tensor& dst, const Tensor& src);  // dst (its dtype) = src converted; same numel and device
 
 // ---- Differentiable ops ----
 // tokens: i32 (B, T); wte (Vp, C); wpe (maxT, C)  ->  (B, T, C)

@@ -92,23 +92,29 @@ void scale_(Tensor& t, float s) {
 
 Tensor cast(const Tensor& t, DType dtype, MemCategory cat) {
   Tensor out = Tensor::empty(t.shape(), dtype, t.device(), cat);
+  cast_into(out, t);
+  return out;
+}
+
+void cast_into(Tensor& dst, const Tensor& t) {
+  const DType dtype = dst.dtype();
+  FP8T_CHECK(dst.numel() == t.numel() && dst.device() == t.device(), "cast_into: {} into {}", t.str(), dst.str());
   if (t.dtype() == dtype) {
-    out.copy_from(t);
-    return out;
+    dst.copy_from(t);
+    return;
   }
   if (t.device().is_cuda()) {
     FP8T_CHECK((t.dtype() == DType::f32 && dtype == DType::bf16) || (t.dtype() == DType::bf16 && dtype == DType::f32),
                "cast: on CUDA only f32 <-> bf16 is supported, asked {} -> {}", t.str(), dtype_name(dtype));
-    FP8T_ON_CUDA("cast", cuda_ops::cast(out, t));
-    return out;
+    FP8T_ON_CUDA("cast", cuda_ops::cast(dst, t));
+    return;
   }
   check_host_float(t, "cast");
   FP8T_CHECK(is_host_float(dtype), "cast: {} -> {} is not supported (f32, f64 and bf16 only)", t.str(),
              dtype_name(dtype));
   const int64_t n = t.numel();
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) store(out, i, load(t, i));
-  return out;
+  for (int64_t i = 0; i < n; ++i) store(dst, i, load(t, i));
 }
 
 }  // namespace fp8t
