@@ -36,6 +36,10 @@ Fp8DeviceSlot* Fp8DeviceState::slots(Device device, const Fp8Metas& metas) {
 }
 
 void Fp8DeviceState::collect(const Fp8Metas& metas) {
+  if (arena_) {
+    arena_->collect();
+    return;
+  }
   if (!buf_.defined() || (!pending_[0] && !pending_[1] && !pending_[2])) return;
   std::array<Fp8DeviceSlot, 3> host{};
   copy_bytes(host.data(), Device::cpu(), buf_.raw(), buf_.device(), kSlotBytes);
@@ -55,6 +59,67 @@ void Fp8DeviceState::collect(const Fp8Metas& metas) {
     s.saturated = 0;
   }
   copy_bytes(buf_.raw(), buf_.device(), host.data(), Device::cpu(), kSlotBytes);
+}
+
+void Fp8DeviceArena::init(Device device, std::vector<std::pair<Fp8DeviceState*, Fp8Metas>> states) {
+  FP8T_CHECK(!buf_.defined(), "Fp8DeviceArena::init called twice");
+  states_ = std::move(states);
+  if (states_.empty()) return;
+  host_.assign(3 * states_.size(), Fp8DeviceSlot{});
+  seen_saturated_.assign(host_.size(), 0);
+  buf_ = Tensor::empty({kSlotBytes * static_cast<int64_t>(states_.size())}, DType::e4m3, device,
+                       MemCategory::fp8_cache);
+  for (size_t i = 0; i < states_.size(); ++i) {
+    auto& [st, metas] = states_[i];
+    FP8T_CHECK(!st->buf_.defined() && !st->arena_, "Fp8DeviceArena: a state already has device slots");
+    st->buf_ = buf_.slice_flat(kSlotBytes * static_cast<int64_t>(i), {kSlotBytes});
+    st->arena_ = this;
+  }
+  upload();
+}
+
+void Fp8DeviceArena::collect() {
+  if (!buf_.defined()) return;
+  bool any = false;
+  for (const auto& [st, metas] : states_) any = any || st->pending_[0] || st->pending_[1] || st->pending_[2];
+  if (!any) return;
+  copy_bytes(host_.data(), Device::cpu(), buf_.raw(), buf_.device(), host_.size() * sizeof(Fp8DeviceSlot));
+  for (size_t i = 0; i < states_.size(); ++i) {
+    auto& [st, metas] = states_[i];
+    for (size_t r = 0; r < 3; ++r) {
+      Fp8DeviceSlot& slot = host_[3 * i + r];
+      if (st->pending_[r]) {
+        Fp8TensorMeta& m = *metas[r];
+        // The device accumulates until upload(): count only saturations not recorded before.
+        m.record(slot.amax, static_cast<int64_t>(slot.saturated - seen_saturated_[3 * i + r]));
+        seen_saturated_[3 * i + r] = slot.saturated;
+        if (m.scaling == Fp8Scaling::current) {
+          m.scale = slot.scale;
+          m.scale_inv = slot.scale_inv;
+        }
+        st->pending_[r] = false;
+      }
+    }
+  }
+}
+
+void Fp8DeviceArena::upload() {
+  if (!buf_.defined()) return;
+  collect();  // statistics still on the device are recorded first, never overwritten unseen
+  for (size_t i = 0; i < states_.size(); ++i) {
+    auto& [st, metas] = states_[i];
+    for (size_t r = 0; r < 3; ++r) {
+      Fp8DeviceSlot& slot = host_[3 * i + r];
+      slot.scale = metas[r]->scale;
+      slot.scale_inv = metas[r]->scale_inv;
+      slot.amax = 0.0f;
+      slot.amax_now = 0.0f;
+      slot.saturated = 0;
+      seen_saturated_[3 * i + r] = 0;
+      st->uploaded_scale_[r] = metas[r]->scale;
+    }
+  }
+  copy_bytes(buf_.raw(), buf_.device(), host_.data(), Device::cpu(), host_.size() * sizeof(Fp8DeviceSlot));
 }
 
 }  // namespace fp8t

@@ -9,6 +9,8 @@
 // on the device (kernels/fp8_cast.cuh) and collect() mirrors it back for metrics.
 #pragma once
 #include <array>
+#include <utility>
+#include <vector>
 #include <cstdint>
 
 #include "core/tensor.h"
@@ -32,6 +34,8 @@ static_assert(sizeof(Fp8DeviceSlot) == 32);
 enum class Fp8Role : int { input = 0, weight = 1, grad_output = 2 };
 using Fp8Metas = std::array<Fp8TensorMeta*, 3>;  // indexed by Fp8Role
 
+class Fp8DeviceArena;
+
 class Fp8DeviceState {
  public:
   // The three device slots (indexed by Fp8Role), allocated in MemCategory::fp8_cache on first use;
@@ -45,9 +49,36 @@ class Fp8DeviceState {
   void collect(const Fp8Metas& metas);
 
  private:
-  Tensor buf_;  // 3 Fp8DeviceSlot as bytes, on the device
+  friend class Fp8DeviceArena;
+  Tensor buf_;  // 3 Fp8DeviceSlot as bytes, on the device (a slice of the arena when attached)
+  Fp8DeviceArena* arena_ = nullptr;
   std::array<float, 3> uploaded_scale_{};
   std::array<bool, 3> pending_{};
+};
+
+// The device slots of every FP8 linear of a model in one buffer, so that a step moves its
+// statistics and scales with one device-to-host and one host-to-device copy in all, at the end of
+// the step, instead of a few small synchronizing copies per linear (some of them in the middle of
+// the forward pass, where each one drained the GPU).
+class Fp8DeviceArena {
+ public:
+  // Allocates the slots of `states` on `device`, uploads their current scales and attaches them
+  // (their slots() then point into the arena). The states and metas must outlive the arena's use.
+  void init(Device device, std::vector<std::pair<Fp8DeviceState*, Fp8Metas>> states);
+  bool active() const { return buf_.defined(); }
+  // Every attached state's pending statistics into its metas (one device-to-host copy). The device
+  // keeps accumulating until upload() zeroes it, and a state's statistics are recorded once: its
+  // pending flags clear here. A no-op when nothing is pending.
+  void collect();
+  // Collects what is pending, then writes every meta's scale and zeroed statistics to the device
+  // (one host-to-device copy). Call after the metas' end_step, once per optimizer step.
+  void upload();
+
+ private:
+  Tensor buf_;
+  std::vector<Fp8DeviceSlot> host_;
+  std::vector<unsigned long long> seen_saturated_;  // per slot, already recorded since the last upload
+  std::vector<std::pair<Fp8DeviceState*, Fp8Metas>> states_;
 };
 
 }  // namespace fp8t

@@ -77,6 +77,13 @@ GPT::GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad
     fp8_.push_back(std::make_unique<Fp8LinearState>("lm_head", f));
     fp8_head_ = fp8_.back().get();
   }
+  // CUDA: all FP8 scaling state in one device buffer, moved once per step (fp8/device_meta.h).
+  if (device.is_cuda() && !fp8_.empty()) {
+    std::vector<std::pair<Fp8DeviceState*, Fp8Metas>> states;
+    for (const auto& st : fp8_) states.emplace_back(&st->device, st->metas());
+    fp8_arena_ = std::make_unique<Fp8DeviceArena>();
+    fp8_arena_->init(device, std::move(states));
+  }
 }
 
 Var GPT::dense(LinearKind kind, int layer, const Var& x, const Var& w, const Var& b) {
@@ -100,6 +107,7 @@ Fp8LinearState* GPT::fp8_state(const std::string& name) {
 
 void GPT::on_optimizer_step() {
   for (const auto& st : fp8_) st->on_optimizer_step();
+  if (fp8_arena_) fp8_arena_->upload();  // the new scales and zeroed statistics, one copy
 }
 
 std::vector<float*> GPT::amax_slots() {

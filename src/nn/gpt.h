@@ -77,6 +77,7 @@ class GPT {
   std::vector<std::unique_ptr<Fp8LinearState>> fp8_;
   std::vector<std::array<Fp8LinearState*, 4>> fp8_block_;
   Fp8LinearState* fp8_head_ = nullptr;
+  std::unique_ptr<Fp8DeviceArena> fp8_arena_;  // CUDA only: the device slots of every FP8 linear
 };
 
 std::vector<ParamSpec> gpt2_param_specs(const ModelConfig& cfg);
