@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One GPU-machine session: build, GPU tests, a GPU training smoke run, and side-by-side benchmarks.
 # Usage (on the GPU machine, repo root): scripts/gpu_session.sh [MODEL:B:PRECS ...], e.g. d12:32:bf16,fp8 d48:16:bf16
+# Environment: SKIP_TESTS=1, PARITY=1 (loss parity runs), PLAN=1 (memory plans), ATTN=1 (attention bench),
+# STEPS (benchmark steps, default 30), PEER_MODE (default compile).
 # Logs go to $OUT (or ./gpu-out). Keeps NCCL_NVLS_ENABLE=0.
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -26,7 +28,20 @@ if [ "${PARITY:-0}" = 1 ]; then
   FP8T_BIN=build-gpu/fp8train bash scripts/bench/loss_parity.sh configs/small-6l.yaml runs/parity6/run \
     "bf16:--set precision.compute=bf16" "fp8:--set precision.compute=fp8" 2>&1 | tee "$OUT/parity6.txt"
 fi
-# Benchmarks: each argument is MODEL:B:PRECISIONS, e.g. d12:32:bf16,fp8
+# Memory plans (PLAN=1): saved-for-backward bytes and the largest micro-batch, GPT-2 124M, BF16 and FP8
+# (fp8 and fp8_all activation storage).
+if [ "${PLAN:-0}" = 1 ]; then
+  for args in "configs/gpt2-124m-bf16.yaml" "configs/gpt2-124m-fp8.yaml" \
+              "configs/gpt2-124m-fp8.yaml --set precision.fp8.activation_storage=fp8_all"; do
+    echo "== plan $args" | tee -a "$OUT/plan.txt"
+    build-gpu/fp8train plan --config $args 2>&1 | tail -4 | tee -a "$OUT/plan.txt"
+  done
+fi
+# Attention kernels alone (ATTN=1): the [.bench] throughput case against the CPU-checked kernels.
+if [ "${ATTN:-0}" = 1 ]; then
+  build-gpu/tests/fp8t_gpu_tests "attention throughput" 2>&1 | tail -12 | tee "$OUT/attention_bench.txt"
+fi
+# Benchmarks: each argument is MODEL:B:PRECISIONS, e.g. d12:32:bf16,fp8 (variants: bf16+ln, fp8+all)
 for spec in "$@"; do
   IFS=: read -r model b precs <<< "$spec"
   OUTDIR=runs/bench timeout 540 bash scripts/bench/gpt2_vs_torch.sh "$model" "$b" "${STEPS:-30}" "${precs//,/ }" \
