@@ -26,7 +26,8 @@ if [ "${PARITY:-0}" = 1 ]; then
   tail -2 "$OUT/parity-gpu-bf16.log"
   mkdir -p runs/parity6
   FP8T_BIN=build-gpu/fp8train bash scripts/bench/loss_parity.sh configs/small-6l.yaml runs/parity6/run \
-    "bf16:--set precision.compute=bf16" "fp8:--set precision.compute=fp8" 2>&1 | tee "$OUT/parity6.txt"
+    "bf16:--set precision.compute=bf16" "fp8:--set precision.compute=fp8" \
+    "fp8all:--set precision.compute=fp8 --set precision.fp8.activation_storage=fp8_all" 2>&1 | tee "$OUT/parity6.txt"
 fi
 # Memory plans (PLAN=1): saved-for-backward bytes and the largest micro-batch, GPT-2 124M, BF16 and FP8
 # (fp8 and fp8_all activation storage).
