@@ -307,12 +307,16 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
                   need_dw ? dyq_t.data<uint8_t>() : nullptr, st.formats.backward, &sdy->scale, dy_stats, stream);
       st.device.mark_pending(Fp8Role::grad_output);
       if (need_dx) {
-        Tensor& dx = grad_of(x_grad);
+        // A gradient that does not exist yet is written (beta 0), not zero-filled and added to.
+        const bool accumulate = x_grad.cell->defined();
+        if (!accumulate)
+          *x_grad.cell = Tensor::empty(x_grad.shape, x_grad.dtype, x_grad.device, MemCategory::activations);
+        Tensor& dx = *x_grad.cell;
         expect_cuda(dx, DType::bf16, "the input gradient", st.name);
-        // dx (M, IC) += dy (M, OC) @ w (OC, IC), with w^T (IC, OC) as the K-major operand
+        // dx (M, IC) (+)= dy (M, OC) @ w (OC, IC), with w^T (IC, OC) as the K-major operand
         k::matmul_fp8_backward_input(dx.data<bf16>(), {dyq.raw(), bwd, &sdy->scale_inv},
                                      {st.weight_fp8_t.raw(), fwd, &slot(slots, Fp8Role::weight)->scale_inv}, m, ic,
-                                     oc, /*accumulate=*/true, stream);
+                                     oc, accumulate, stream);
       }
       if (need_dw) {
         Tensor& dw = grad_of(w);
