@@ -219,7 +219,8 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t r = r0 + 4 * ty + j;
       float x[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) x[e] = r < rows && c + e < cols ? cast_input<kIn>(to_float(in[r * cols + c + e])) : 0.0f;
+      for (int e = 0; e < 8; ++e)
+        x[e] = r < rows && c + e < cols ? cast_input<kIn>(to_float(in[r * cols + c + e])) : 0.0f;
       codes[j] = convert8<F>(x, scale, st);
       if constexpr (kColsum) {
 #pragma unroll
