@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "core/check.h"
-#include "fp8/saved.h"
 #include "ops/cpu/reference.h"
 #include "ops/ops.h"
 
@@ -14,10 +13,11 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda_check.h"
+#include "fp8/saved.h"
 #include "kernels/fp8_cast.cuh"
-#include "ops/cuda_ops.h"
 #include "kernels/matmul.cuh"
 #include "kernels/stream.cuh"
+#include "ops/cuda_ops.h"
 #endif
 
 namespace fp8t {
