@@ -4,9 +4,11 @@
 #include <cuda_fp8.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/fp8_cast.cuh"
+#include "kernels/gelu_math.cuh"
 
 namespace fp8t::kernels {
 namespace {
@@ -48,6 +50,14 @@ __device__ __forceinline__ void load8(const float* p, float (&x)[8]) {
   const auto v0 = Vec16<float>::load(p), v1 = Vec16<float>::load(p + 4);
 #pragma unroll
   for (int j = 0; j < 4; ++j) x[j] = v0.v[j], x[j + 4] = v1.v[j];
+}
+
+// The value a cast reads for input element x: x, or what gelu_forward stores for x (its bf16 rounding
+// of the shared device GELU), so the fused cast sees the unfused cast's input bit for bit.
+template <Fp8CastInput kIn>
+__device__ __forceinline__ float cast_input(float x) {
+  if constexpr (kIn == Fp8CastInput::gelu) return __bfloat162float(__float2bfloat16_rn(gelu(x)));
+  else return x;
 }
 
 __device__ __forceinline__ uint8_t byte_of(uint32_t w, int b) { return static_cast<uint8_t>(w >> (8 * b)); }
@@ -166,8 +176,9 @@ __device__ __forceinline__ int chunk_slot(int c, int q) { return c * kChunks + (
 // out_t 16-byte aligned. out and out_t may each be null. kColsum: stats.colsum is set (a template
 // argument so that the casts without it keep their registers: the 16-byte path needs 48 without and
 // 64 with on sm_90a, 5 and 4 blocks per SM). Elements outside the matrix read as zero (adding nothing
-// to any statistic) and are never stored.
-template <Fp8Format F, typename T, bool kVec, bool kColsum>
+// to any statistic) and are never stored. kIn gelu: every element read is replaced by cast_input (the
+// zero padding too: gelu(+0) = +0); the colsum, if any, would sum those values.
+template <Fp8Format F, typename T, bool kVec, bool kColsum, Fp8CastInput kIn>
 __global__ void __launch_bounds__(kThreads)
     cast_transpose_kernel(const T* __restrict__ in, uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
                           int64_t rows, int64_t cols, bool vec_t, const float* __restrict__ scale_ptr,
@@ -192,6 +203,10 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
+      if constexpr (kIn != Fp8CastInput::as_is) {
+#pragma unroll
+        for (float& e : x[j]) e = cast_input<kIn>(e);
+      }
       codes[j] = convert8<F>(x[j], scale, st);
       if constexpr (kColsum) {
 #pragma unroll
@@ -204,7 +219,8 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t r = r0 + 4 * ty + j;
       float x[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) x[e] = r < rows && c + e < cols ? to_float(in[r * cols + c + e]) : 0.0f;
+      for (int e = 0; e < 8; ++e)
+        x[e] = r < rows && c + e < cols ? cast_input<kIn>(to_float(in[r * cols + c + e])) : 0.0f;
       codes[j] = convert8<F>(x, scale, st);
       if constexpr (kColsum) {
 #pragma unroll
@@ -313,11 +329,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T>
+template <typename T, Fp8CastInput kIn>
 __global__ void __launch_bounds__(kThreads) amax_kernel(const T* in, int64_t n, float* amax) {
   ThreadStats st;
   for (int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads) {
-    const float x = to_float(in[i]);
+    const float x = cast_input<kIn>(to_float(in[i]));
     st.add(x, 0.0f, 0.0f);
   }
   flush_stats(st, Fp8CastOutputs{amax, nullptr});
@@ -345,20 +361,25 @@ int blocks_for(int64_t items, int64_t per_block) {
 bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0; }
 
 // The flat cast does not know columns, so a cast that sums them takes the tiled kernel even without
-// out_t.
+// out_t; so does a cast with the GELU prologue (one kernel variant fewer per format).
 template <Fp8Format F, typename T>
 void launch_cast(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t, const float* scale,
-                 Fp8CastOutputs stats, cudaStream_t stream) {
-  if (out_t || stats.colsum) {
+                 Fp8CastOutputs stats, Fp8CastInput input, cudaStream_t stream) {
+  constexpr auto as_is = Fp8CastInput::as_is, gelu = Fp8CastInput::gelu;
+  if (out_t || stats.colsum || input == gelu) {
     FP8T_CHECK(ceil_div(rows, kTileRows) <= 65535, "fp8_cast: {} rows exceed the tiled grid (max {})", rows,
                int64_t{65535} * kTileRows);
     const dim3 grid(ceil_div(cols, kTileCols), ceil_div(rows, kTileRows));
     const bool vec = cols % 8 == 0 && aligned16(in) && (!out || aligned8(out));
     const bool vec_t = rows % 16 == 0 && aligned16(out_t);
-    const auto kernel = stats.colsum ? (vec ? cast_transpose_kernel<F, T, true, true>
-                                            : cast_transpose_kernel<F, T, false, true>)
-                                     : (vec ? cast_transpose_kernel<F, T, true, false>
-                                            : cast_transpose_kernel<F, T, false, false>);
+    auto kernel = stats.colsum ? (vec ? cast_transpose_kernel<F, T, true, true, as_is>
+                                      : cast_transpose_kernel<F, T, false, true, as_is>)
+                               : (vec ? cast_transpose_kernel<F, T, true, false, as_is>
+                                      : cast_transpose_kernel<F, T, false, false, as_is>);
+    if (input == gelu) {  // bf16 only and no colsum (checked by fp8_cast)
+      if constexpr (std::is_same_v<T, bf16>)
+        kernel = vec ? cast_transpose_kernel<F, T, true, false, gelu> : cast_transpose_kernel<F, T, false, false, gelu>;
+    }
     kernel<<<grid, kThreads, 0, stream>>>(in, out, out_t, rows, cols, vec_t, scale, stats);
   } else {
     const int64_t n = rows * cols;
@@ -372,9 +393,11 @@ void launch_cast(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t*
 
 template <typename T>
 void dispatch_format(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t, Fp8Format format,
-                     const float* scale, Fp8CastOutputs stats, cudaStream_t stream) {
-  if (format == Fp8Format::e4m3) launch_cast<Fp8Format::e4m3>(in, rows, cols, out, out_t, scale, stats, stream);
-  else launch_cast<Fp8Format::e5m2>(in, rows, cols, out, out_t, scale, stats, stream);
+                     const float* scale, Fp8CastOutputs stats, Fp8CastInput input, cudaStream_t stream) {
+  if (format == Fp8Format::e4m3)
+    launch_cast<Fp8Format::e4m3>(in, rows, cols, out, out_t, scale, stats, input, stream);
+  else
+    launch_cast<Fp8Format::e5m2>(in, rows, cols, out, out_t, scale, stats, input, stream);
 }
 
 }  // namespace
@@ -383,24 +406,33 @@ void dispatch_format(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint
 // kernel launchers
 
 void fp8_cast(const void* in, DType in_dtype, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t,
-              Fp8Format format, const float* scale, Fp8CastOutputs stats, cudaStream_t stream) {
+              Fp8Format format, const float* scale, Fp8CastOutputs stats, cudaStream_t stream,
+              Fp8CastInput input) {
   FP8T_CHECK(rows > 0 && cols > 0, "fp8_cast: bad sizes rows={} cols={}", rows, cols);
   FP8T_CHECK(out || out_t, "fp8_cast: neither an output nor a transposed output");
   FP8T_CHECK(scale != nullptr, "fp8_cast: the scale pointer is null");
+  FP8T_CHECK(input == Fp8CastInput::as_is || (in_dtype == DType::bf16 && !stats.colsum),
+             "fp8_cast: the GELU prologue takes bf16 input (the GELU kernel's dtype) and no column sums, got {}",
+             dtype_name(in_dtype));
   if (in_dtype == DType::bf16)
-    dispatch_format(static_cast<const bf16*>(in), rows, cols, out, out_t, format, scale, stats, stream);
+    dispatch_format(static_cast<const bf16*>(in), rows, cols, out, out_t, format, scale, stats, input, stream);
   else if (in_dtype == DType::f32)
-    dispatch_format(static_cast<const float*>(in), rows, cols, out, out_t, format, scale, stats, stream);
+    dispatch_format(static_cast<const float*>(in), rows, cols, out, out_t, format, scale, stats, input, stream);
   else
     FP8T_FAIL("fp8_cast: input must be bf16 or f32, got {}", dtype_name(in_dtype));
 }
 
-void fp8_amax(const void* in, DType in_dtype, int64_t n, float* amax, cudaStream_t stream) {
+void fp8_amax(const void* in, DType in_dtype, int64_t n, float* amax, cudaStream_t stream, Fp8CastInput input) {
   FP8T_CHECK(n > 0 && amax, "fp8_amax: bad arguments n={}", n);
-  if (in_dtype == DType::bf16)
-    amax_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const bf16*>(in), n, amax);
+  FP8T_CHECK(input == Fp8CastInput::as_is || in_dtype == DType::bf16,
+             "fp8_amax: the GELU prologue takes bf16 input, got {}", dtype_name(in_dtype));
+  constexpr auto as_is = Fp8CastInput::as_is;
+  if (input == Fp8CastInput::gelu)
+    amax_kernel<bf16, Fp8CastInput::gelu><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const bf16*>(in), n, amax);
+  else if (in_dtype == DType::bf16)
+    amax_kernel<bf16, as_is><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const bf16*>(in), n, amax);
   else if (in_dtype == DType::f32)
-    amax_kernel<<<grid_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), n, amax);
+    amax_kernel<float, as_is><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), n, amax);
   else
     FP8T_FAIL("fp8_amax: input must be bf16 or f32, got {}", dtype_name(in_dtype));
   CUDA_CHECK_LAUNCH();

@@ -1,26 +1,14 @@
-// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), 16-byte vectors.
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), 16-byte vectors. The
+// per-value math is in gelu_math.cuh, shared with the FP8 cast's GELU prologue.
 #include "kernels/cuda_common.cuh"
 #include "kernels/gelu.cuh"
+#include "kernels/gelu_math.cuh"
 
 namespace fp8t::kernels {
 namespace {
 
 // ------------------------------------------------------------------------------------------------
 // CUDA kernels
-
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-
-__device__ __forceinline__ float gelu(float x) {
-  const float u = kGeluScale * (x + 0.044715f * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(u));
-}
-
-__device__ __forceinline__ float gelu_grad(float x) {
-  const float u = kGeluScale * (x + 0.044715f * x * x * x);
-  const float t = tanhf(u);
-  const float sech2 = 1.0f - t * t;
-  return 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-}
 
 __global__ void gelu_forward_kernel(bf16* out, const bf16* inp, size_t n) {
   using V = Vec16<bf16>;

@@ -234,8 +234,16 @@ Var GPT::block(int l, const Var& x) {
                  P.var(p + "mlp.c_proj.bias"));
   } else {
     h = dense(LinearKind::fc, l, h, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"));
-    h = gelu(h, fp8_all(LinearKind::fc) || fp8_all(LinearKind::fc2));
-    h = dense(LinearKind::fc2, l, h, P.var(p + "mlp.c_proj.weight"), P.var(p + "mlp.c_proj.bias"));
+    Fp8LinearState* fc2 = fp8_row[static_cast<size_t>(LinearKind::fc2)];
+    const bool store_fp8 = fp8_all(LinearKind::fc) || fp8_all(LinearKind::fc2);
+    // An FP8 fc2 casts gelu(h) straight from h (the GELU fused into its input cast), when its own
+    // storage setting is the one the GELU would use: bf16 storage keeps its input, so no fusion.
+    if (fc2 && fc2->cfg.activation_storage != ActivationStorage::bf16 && store_fp8 == fp8_all(LinearKind::fc2)) {
+      h = fp8_linear_gelu(h, P.var(p + "mlp.c_proj.weight"), P.var(p + "mlp.c_proj.bias"), *fc2);
+    } else {
+      h = gelu(h, store_fp8);
+      h = dense(LinearKind::fc2, l, h, P.var(p + "mlp.c_proj.weight"), P.var(p + "mlp.c_proj.bias"));
+    }
   }
   release(ln2, x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
   return add(x1, h);

@@ -13,9 +13,11 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda_check.h"
+#include "fp8/saved.h"
 #include "kernels/fp8_cast.cuh"
 #include "kernels/matmul.cuh"
 #include "kernels/stream.cuh"
+#include "ops/cuda_ops.h"
 #endif
 
 namespace fp8t {
@@ -188,12 +190,14 @@ using bf16 = __nv_bfloat16;
 
 Fp8DeviceSlot* slot(Fp8DeviceSlot* slots, Fp8Role r) { return slots + static_cast<int>(r); }
 
-// Current scaling: the amax of t and the scale from it, on the device, into the slot before the
-// cast. Delayed scaling: the slot already holds the step's scale.
-void prepare_scale(const Fp8TensorMeta& meta, Fp8DeviceSlot* s, const Tensor& t, cudaStream_t stream) {
+// Current scaling: the amax of t (of what the cast reads: gelu(t) with input gelu) and the scale from
+// it, on the device, into the slot before the cast. Delayed scaling: the slot already holds the step's
+// scale.
+void prepare_scale(const Fp8TensorMeta& meta, Fp8DeviceSlot* s, const Tensor& t, cudaStream_t stream,
+                   k::Fp8CastInput input = k::Fp8CastInput::as_is) {
   if (meta.scaling != Fp8Scaling::current) return;
   CUDA_CHECK(cudaMemsetAsync(&s->amax_now, 0, sizeof(float), stream));
-  k::fp8_amax(t.raw(), t.dtype(), t.numel(), &s->amax_now, stream);
+  k::fp8_amax(t.raw(), t.dtype(), t.numel(), &s->amax_now, stream, input);
   k::fp8_scale_from_amax(&s->amax_now, meta.fmax(), meta.margin, &s->scale, &s->scale_inv, stream);
 }
 
@@ -224,24 +228,34 @@ void expect_cuda(const Tensor& t, DType dtype, const char* what, const std::stri
              what, dtype_name(dtype), t.str());
 }
 
-Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st) {
-  const Tensor& xv = x->value;
+// x (..., IC) -> (..., OC). gelu_input: the linear's input is gelu(x), computed inside x's FP8 cast
+// and never stored (x is the MLP's pre-activation); backward turns the dgrad output d gelu(x) into
+// x's gradient with the GELU backward kernel. The fused op needs FP8 storage (checked by the caller).
+Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, bool gelu_input) {
   const Tensor& wv = w->value;
-  expect_cuda(xv, DType::bf16, "x", st.name);
+  expect_cuda(x->value, DType::bf16, "x", st.name);
   expect_cuda(wv, DType::bf16, "w (the bf16 compute copy)", st.name);
   if (b) expect_cuda(b->value, DType::bf16, "b", st.name);
-  const int64_t IC = wv.dim(1), OC = wv.dim(0), M = xv.numel() / IC;
+  const int64_t IC = wv.dim(1), OC = wv.dim(0), M = x->value.numel() / IC;
   FP8T_CHECK(M % 16 == 0 && IC % 16 == 0 && OC % 16 == 0 && M <= 0x7fffffff,
              "fp8_linear ({}): cuBLASLt FP8 GEMMs need rows (micro_batch * seq_len) = {}, in features = {} and out "
              "features = {} to be multiples of 16; change model.d_model / train.micro_batch / model.seq_len, or run "
              "this layer in bf16 (precision.fp8.layers, bf16_first_blocks, bf16_last_blocks)",
              st.name, M, IC, OC);
   const cudaStream_t stream = k::compute_stream();
-  Fp8DeviceSlot* slots = st.device.slots(xv.device(), st.metas());
+  Fp8DeviceSlot* slots = st.device.slots(wv.device(), st.metas());
   cache_weight_cuda(st, wv, slots, stream);
 
   const bool train = needs_grad(x, w, b);
   const bool store_fp8 = st.cfg.activation_storage != ActivationStorage::bf16;
+  const k::Fp8CastInput cast_input = gelu_input ? k::Fp8CastInput::gelu : k::Fp8CastInput::as_is;
+  // gelu_input keeps the pre-activation x for the GELU backward: as x itself, or with fp8_all as FP8
+  // codes, the forward then running on their round trip exactly as the gelu op does (ops.h).
+  const bool save_pre_fp8 = gelu_input && needs_grad(x) && st.cfg.activation_storage == ActivationStorage::fp8_all;
+  Fp8Saved pre_saved;
+  Tensor pre_roundtrip;
+  if (save_pre_fp8) pre_saved = fp8_save(x->value, &pre_roundtrip);
+  const Tensor& xv = save_pre_fp8 ? pre_roundtrip : x->value;
   // wgrad needs x^T K-major: with fp8 storage the forward cast writes it alongside x.
   const bool keep_xt = train && w->requires_grad && store_fp8;
   const DType fwd = fp8_dtype(st.formats.forward), bwd = fp8_dtype(st.formats.backward);
@@ -249,9 +263,10 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   Tensor xq = Tensor::empty({M, IC}, fwd, xv.device(), MemCategory::workspace);
   Tensor xq_t = keep_xt ? Tensor::empty({IC, M}, fwd, xv.device(), MemCategory::activations) : Tensor();
   Fp8DeviceSlot* sx = slot(slots, Fp8Role::input);
-  prepare_scale(st.input, sx, x2, stream);
+  prepare_scale(st.input, sx, x2, stream, cast_input);
   k::fp8_cast(x2.raw(), DType::bf16, M, IC, xq.data<uint8_t>(), keep_xt ? xq_t.data<uint8_t>() : nullptr,
-              st.formats.forward, &sx->scale, grad_enabled() ? stats_into(sx) : k::Fp8CastOutputs{}, stream);
+              st.formats.forward, &sx->scale, grad_enabled() ? stats_into(sx) : k::Fp8CastOutputs{}, stream,
+              cast_input);
   if (grad_enabled()) st.device.mark_pending(Fp8Role::input);
   // Backward needs this cast's (scale_inv, scale). Delayed scaling: the slot keeps them for the step.
   // Current scaling: the next cast overwrites the slot, so keep a copy.
@@ -278,8 +293,11 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   const bool x_needs_grad = x->requires_grad;
   const GradRef x_grad = grad_ref(x);  // the gradient only: x's value is not kept
   Var x_kept = store_fp8 || !w->requires_grad ? Var() : x;  // bf16 storage: x is re-cast in backward
-  current_tape()->record("fp8_linear", [&st, x_grad, x_kept, xq_t, x_scales, x_scale, x_scale_inv, x_needs_grad, w, b, yg = grad_ref(y), M, IC,
-                                        OC, fwd, bwd] {
+  // gelu_input: the pre-activation for the GELU backward (one of the two).
+  Var pre_kept = gelu_input && x_needs_grad && !save_pre_fp8 ? x : Var();
+  current_tape()->record(gelu_input ? "fp8_linear_gelu" : "fp8_linear",
+                         [&st, x_grad, x_kept, pre_kept, pre_saved, gelu_input, xq_t, x_scales, x_scale, x_scale_inv,
+                          x_needs_grad, w, b, yg = grad_ref(y), M, IC, OC, fwd, bwd] {
     const Tensor& dy_full = grad_of(yg);  // the output's gradient only: its value is not kept
     expect_cuda(dy_full, DType::bf16, "the output gradient", st.name);
     const Tensor dy = dy_full.view({M, OC});
@@ -313,10 +331,22 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
           *x_grad.cell = Tensor::empty(x_grad.shape, x_grad.dtype, x_grad.device, MemCategory::activations);
         Tensor& dx = *x_grad.cell;
         expect_cuda(dx, DType::bf16, "the input gradient", st.name);
-        // dx (M, IC) (+)= dy (M, OC) @ w (OC, IC), with w^T (IC, OC) as the K-major operand
-        k::matmul_fp8_backward_input(dx.data<bf16>(), {dyq.raw(), bwd, &sdy->scale_inv},
-                                     {st.weight_fp8_t.raw(), fwd, &slot(slots, Fp8Role::weight)->scale_inv}, m, ic,
-                                     oc, accumulate, stream);
+        if (gelu_input) {
+          // The GEMM's output is d gelu(x), written (beta 0) into a temporary as the unfused gelu
+          // output's gradient would be (same bits); then dx += gelu'(x) * d gelu(x).
+          if (!accumulate) dx.zero_();
+          Tensor dh = Tensor::empty({M, IC}, DType::bf16, dy.device(), MemCategory::workspace);
+          k::matmul_fp8_backward_input(dh.data<bf16>(), {dyq.raw(), bwd, &sdy->scale_inv},
+                                       {st.weight_fp8_t.raw(), fwd, &slot(slots, Fp8Role::weight)->scale_inv}, m,
+                                       ic, oc, /*accumulate=*/false, stream);
+          const Tensor pre = pre_kept ? value_of(pre_kept) : fp8_restore(pre_saved, MemCategory::workspace);
+          cuda_ops::gelu_backward(dx, pre, dh);
+        } else {
+          // dx (M, IC) (+)= dy (M, OC) @ w (OC, IC), with w^T (IC, OC) as the K-major operand
+          k::matmul_fp8_backward_input(dx.data<bf16>(), {dyq.raw(), bwd, &sdy->scale_inv},
+                                       {st.weight_fp8_t.raw(), fwd, &slot(slots, Fp8Role::weight)->scale_inv}, m,
+                                       ic, oc, accumulate, stream);
+        }
       }
       if (need_dw) {
         Tensor& dw = grad_of(w);
@@ -339,9 +369,9 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   return y;
 }
 #endif  // FP8T_HAVE_CUDA
-}  // namespace
 
-Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st) {
+// The argument checks shared by fp8_linear and fp8_linear_gelu (x is the pre-activation there).
+void check_args(const Var& x, const Var& w, const Var& b, const Fp8LinearState& st) {
   const Tensor& xv = x->value;
   const Tensor& wv = w->value;
   FP8T_CHECK(xv.ndim() >= 1 && wv.ndim() == 2 && xv.dim(-1) == wv.dim(1),
@@ -351,15 +381,35 @@ Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st) {
   FP8T_CHECK(xv.device() == wv.device() && (!b || b->value.device() == xv.device()),
              "fp8_linear ({}): x {} and w {} are on different devices", st.name, xv.str(), wv.str());
   if (xv.device().is_cuda()) {
-#ifdef FP8T_HAVE_CUDA
-    return fp8_linear_cuda(x, w, b, st);
-#else
+#ifndef FP8T_HAVE_CUDA
     FP8T_FAIL("fp8_linear ({}): tensor is on a CUDA device but this build has no CUDA", st.name);
 #endif
+    return;
   }
   FP8T_CHECK(xv.dtype() == DType::f32 && wv.dtype() == DType::f32 && (!b || b->value.dtype() == DType::f32),
              "fp8_linear ({}): the CPU emulation takes f32 x, w and b, got {} and {}", st.name, xv.str(), wv.str());
+}
+}  // namespace
+
+Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st) {
+  check_args(x, w, b, st);
+  if (x->value.device().is_cuda()) {
+#ifdef FP8T_HAVE_CUDA
+    return fp8_linear_cuda(x, w, b, st, /*gelu_input=*/false);
+#endif
+  }
   return fp8_linear_cpu(x, w, b, st);
 }
 
+Var fp8_linear_gelu(const Var& pre, const Var& w, const Var& b, Fp8LinearState& st) {
+  check_args(pre, w, b, st);
+  const bool fp8_all = st.cfg.activation_storage == ActivationStorage::fp8_all;
+#ifdef FP8T_HAVE_CUDA
+  if (pre->value.device().is_cuda() && st.cfg.activation_storage != ActivationStorage::bf16)
+    return fp8_linear_cuda(pre, w, b, st, /*gelu_input=*/true);
+#endif
+  // The CPU emulation, and bf16 storage (which keeps the linear's input, here gelu(pre), to re-cast it
+  // in backward): the composition itself.
+  return fp8_linear(gelu(pre, fp8_all), w, b, st);
+}
 }  // namespace fp8t

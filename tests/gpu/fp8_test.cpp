@@ -1,6 +1,7 @@
 // FP8 on the GPU: the cast kernels bit-exact against the host codec (every bf16 pattern, saturation,
 // NaN, transpose, amax), each FP8 GEMM against a double GEMM over the same codes and scales, the
-// CUDA fp8_linear against its CPU emulation, and a short FP8 GPT training run.
+// CUDA fp8_linear against its CPU emulation, the GELU-fused cast and fp8_linear_gelu against gelu then
+// the cast / fp8_linear (bit for bit), and a short FP8 GPT training run.
 #include <unistd.h>
 
 #include <catch2/catch_test_macros.hpp>
@@ -14,9 +15,11 @@
 #include "fp8/quantize.h"
 #include "gpu_test_util.h"
 #include "kernels/fp8_cast.cuh"
+#include "kernels/gelu.cuh"
 #include "kernels/matmul.cuh"
 #include "kernels/stream.cuh"
 #include "ops/fp8_linear.h"
+#include "ops/ops.h"
 #include "train/trainer.h"
 
 using namespace fp8t;
@@ -277,6 +280,80 @@ TEST_CASE("fp8 cast: random bf16 and f32 - vector and ragged shapes - every outp
   }
 }
 
+TEST_CASE("fp8 cast: the GELU prologue equals gelu_forward then the cast bit for bit - ragged shapes - amax",
+          "[gpu][fp8]") {
+  // Reference: gelu_forward writes h (bf16), the plain cast casts h (flat kernel without out_t). The
+  // fused cast reads pre (tiled kernel always, vector and scalar paths, offset 1 misaligned): codes,
+  // transposed codes, amax bits and saturation count must be identical, and fp8_amax with the GELU
+  // prologue must equal fp8_amax of h. Specials: a value whose GELU saturates both formats, +-inf
+  // (gelu(-inf) is NaN in both paths) and NaN.
+  const std::pair<int64_t, int64_t> shapes[] = {{1024, 768}, {272, 200}, {300, 136}, {77, 333},
+                                                {129, 65},   {1, 1},     {7, 1}};
+  const float scale = 16.0f;  // gelu(x) > 28 saturates E4M3
+  for (auto [rows, cols] : shapes) {
+    const int64_t n = rows * cols;
+    for (bool specials : {false, true}) {
+      auto pre = randn(static_cast<size_t>(n), 8.0f);
+      if (specials) {
+        pre[0] = 30000.0f;
+        pre[n / 3] = INFINITY;
+        pre[n - 1] = -INFINITY;
+        pre[n / 2] = NAN;
+      }
+      const Tensor d_pre = upload(pre, {n}, DType::bf16);
+      Tensor h = poisoned({n}, DType::bf16);
+      kernels::gelu_forward(h.data<__nv_bfloat16>(), d_pre.data<__nv_bfloat16>(), static_cast<size_t>(n),
+                            kernels::compute_stream());
+      Tensor amax_pair = Tensor::zeros({2}, DType::f32, kGpu);
+      kernels::fp8_amax(h.raw(), DType::bf16, n, amax_pair.data<float>(), kernels::compute_stream());
+      kernels::fp8_amax(d_pre.raw(), DType::bf16, n, amax_pair.data<float>() + 1, kernels::compute_stream(),
+                        kernels::Fp8CastInput::gelu);
+      const std::vector<float> amaxes = download(amax_pair);
+      INFO(rows << "x" << cols << " specials " << specials);
+      CHECK(std::memcmp(&amaxes[0], &amaxes[1], sizeof(float)) == 0);
+      // pre again at an offset of one element (misaligned for the 16-byte path)
+      std::vector<float> pre_off(1, 0.0f);
+      pre_off.insert(pre_off.end(), pre.begin(), pre.end());
+      const Tensor d_pre_off = upload(pre_off, {n + 1}, DType::bf16);
+      for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+        Tensor d_scale = device_floats({scale});
+        auto cast = [&](const void* in, bool want_out, bool want_t, kernels::Fp8CastInput input) {
+          Tensor out = poisoned({rows, cols}, fp8_dtype(f)), out_t = poisoned({cols, rows}, fp8_dtype(f));
+          Tensor stats = Tensor::zeros({4}, DType::f32, kGpu);  // amax (float), pad, saturated (u64)
+          kernels::fp8_cast(in, DType::bf16, rows, cols, want_out ? out.data<uint8_t>() : nullptr,
+                            want_t ? out_t.data<uint8_t>() : nullptr, f, d_scale.data<float>(),
+                            {stats.data<float>(), reinterpret_cast<unsigned long long*>(stats.data<float>() + 2)},
+                            kernels::compute_stream(), input);
+          return std::tuple{want_out ? download_codes(out) : std::vector<uint8_t>{},
+                            want_t ? download_codes(out_t) : std::vector<uint8_t>{}, download(stats)};
+        };
+        for (int mode = 0; mode < 3; ++mode) {  // out only, out_t only, both
+          const bool want_out = mode != 1, want_t = mode != 0;
+          const auto [ref, ref_t, ref_stats] = cast(h.raw(), want_out, want_t, kernels::Fp8CastInput::as_is);
+          for (int offset : {0, 1}) {
+            INFO(name(f) << " mode " << mode << " offset " << offset);
+            const void* in = offset ? static_cast<const void*>(d_pre_off.data<__nv_bfloat16>() + 1) : d_pre.raw();
+            const auto [got, got_t, got_stats] = cast(in, want_out, want_t, kernels::Fp8CastInput::gelu);
+            CHECK(mismatches(got, ref) == 0);
+            CHECK(mismatches(got_t, ref_t) == 0);
+            CHECK(std::memcmp(got_stats.data(), ref_stats.data(), 4 * sizeof(float)) == 0);  // amax and saturation
+            CHECK(std::memcmp(&got_stats[0], &amaxes[0], sizeof(float)) == 0);
+          }
+        }
+      }
+    }
+  }
+  // The prologue takes bf16 only (the GELU kernel's dtype) and no column sums.
+  Tensor f32_in = Tensor::zeros({16, 16}, DType::f32, kGpu), sums = Tensor::zeros({16}, DType::f32, kGpu);
+  Tensor out = Tensor::empty({16, 16}, fp8_dtype(Fp8Format::e4m3), kGpu), d_scale = device_floats({1.0f});
+  CHECK_THROWS(kernels::fp8_cast(f32_in.raw(), DType::f32, 16, 16, out.data<uint8_t>(), nullptr, Fp8Format::e4m3,
+                                 d_scale.data<float>(), {}, kernels::compute_stream(), kernels::Fp8CastInput::gelu));
+  Tensor bf16_in = Tensor::zeros({16, 16}, DType::bf16, kGpu);
+  CHECK_THROWS(kernels::fp8_cast(bf16_in.raw(), DType::bf16, 16, 16, out.data<uint8_t>(), nullptr, Fp8Format::e4m3,
+                                 d_scale.data<float>(), {nullptr, nullptr, sums.data<float>()},
+                                 kernels::compute_stream(), kernels::Fp8CastInput::gelu));
+}
+
 // ------------------------------------------------------------------------------------------------ GEMMs
 
 TEST_CASE("fp8 gemm: fprop dgrad wgrad match a double GEMM on the same codes and scales", "[gpu][fp8]") {
@@ -514,6 +591,77 @@ TEST_CASE("fp8 linear: the bias gradient is added once whichever of x and w need
     if (x_grad) CHECK(rel_err(rg.dx, rc.dx) < 1e-2);
     if (w_grad) CHECK(rel_err(rg.dw, rc.dw) < 1e-3);
   }
+}
+
+TEST_CASE("fp8 linear: fp8_linear_gelu equals gelu then fp8_linear on the GPU - scalings - storages - steps",
+          "[gpu][fp8]") {
+  // Separate, identically configured states; two optimizer steps so that delayed scaling runs on
+  // scales from the history. Forward bits, pre's and w's gradients and every recorded statistic must
+  // be identical; db comes from the dy cast's column-sum atomics, whose f32 order varies run to run,
+  // so it is compared within reordered-f32-sum tolerance. M = 272 and H = 208 leave partial tiles.
+  const int64_t M = 272, H = 208, OC = 96;
+  const auto pre = round_bf16(randn(M * H, 2.0f)), w = round_bf16(randn(OC * H, 0.05f));
+  const auto b = round_bf16(randn(OC, 0.1f)), dy = round_bf16(randn(M * OC, 1e-3f));
+  std::vector<double> dy_sum(OC), dy_abs(OC);
+  for (int64_t i = 0; i < M * OC; ++i) {
+    dy_sum[i % OC] += dy[i];
+    dy_abs[i % OC] += std::fabs(dy[i]);
+  }
+  for (Fp8Scaling scaling : {Fp8Scaling::delayed, Fp8Scaling::current}) {
+    for (ActivationStorage storage : {ActivationStorage::fp8, ActivationStorage::fp8_all, ActivationStorage::bf16}) {
+      Fp8Config cfg;
+      cfg.scaling = scaling;
+      cfg.activation_storage = storage;
+      Fp8LinearState fused("fused", cfg), plain("plain", cfg);
+      auto run = [&](Fp8LinearState& st, bool fuse) {
+        Var pv = make_var(upload(pre, {M / 16, 16, H}, DType::bf16), true);
+        Var wv = make_var(upload(w, {OC, H}, DType::bf16), true), bv = make_var(upload(b, {OC}, DType::bf16), true);
+        wv->grad = Tensor::zeros({OC, H}, DType::f32, kGpu, MemCategory::gradients);
+        bv->grad = Tensor::zeros({OC}, DType::f32, kGpu, MemCategory::gradients);
+        Tape tape;
+        Var y;
+        {
+          TapeScope scope(&tape);
+          y = fuse ? fp8_linear_gelu(pv, wv, bv, st)
+                   : fp8_linear(gelu(pv, storage == ActivationStorage::fp8_all), wv, bv, st);
+        }
+        grad_of(y).copy_from(upload(dy, {M / 16, 16, OC}, DType::bf16));
+        {
+          TapeScope none(nullptr);
+          tape.run_backward();
+        }
+        CUDA_CHECK(cudaDeviceSynchronize());
+        LinearResult r{y->value.to_float_vector(), grad_of(pv).to_float_vector(), wv->grad.to_float_vector(),
+                       bv->grad.to_float_vector()};
+        st.on_optimizer_step();
+        return r;
+      };
+      for (int step = 0; step < 2; ++step) {
+        INFO("current scaling " << (scaling == Fp8Scaling::current) << " storage " << static_cast<int>(storage)
+                                << " step " << step);
+        const LinearResult f = run(fused, true), u = run(plain, false);
+        CHECK(f.y == u.y);
+        CHECK(f.dx == u.dx);
+        CHECK(f.dw == u.dw);
+        CHECK(colsum_mismatches(f.db, std::vector<float>(OC, 0.0f), dy_sum, dy_abs) == 0);
+        CHECK(colsum_mismatches(u.db, std::vector<float>(OC, 0.0f), dy_sum, dy_abs) == 0);
+        using MetaPair = std::pair<const Fp8TensorMeta*, const Fp8TensorMeta*>;
+        for (auto [mf, mu] : {MetaPair{&fused.input, &plain.input}, MetaPair{&fused.weight, &plain.weight},
+                              MetaPair{&fused.grad_output, &plain.grad_output}}) {
+          CHECK(std::memcmp(&mf->last_amax, &mu->last_amax, sizeof(float)) == 0);
+          CHECK(mf->last_saturated == mu->last_saturated);
+          CHECK(mf->scale == mu->scale);
+          CHECK(mf->history_oldest_first() == mu->history_oldest_first());
+        }
+      }
+      CHECK(fused.input.last_amax > 0.0f);
+    }
+  }
+  // Evaluation (no tape): the fused forward casts without a transposed output.
+  Fp8LinearState fused("fused", Fp8Config{}), plain("plain", Fp8Config{});
+  Var pv = make_var(upload(pre, {M, H}, DType::bf16), false);
+  Var wv = make_var(upload(w, {OC, H}, DType::bf16), false), bv = make_var(upload(b, {OC}, DType::bf16), false);
+  CHECK(download(fp8_linear_gelu(pv, wv, bv, fused)->value) == download(fp8_linear(gelu(pv), wv, bv, plain)->value));
 }
 
 TEST_CASE("fp8 linear: CUDA rejects rows that are not a multiple of 16 with an actionable message", "[gpu][fp8]") {
