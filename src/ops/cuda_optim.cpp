@@ -11,9 +11,9 @@
 namespace fp8t::cuda_ops {
 
 void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-           float eps, float weight_decay, float grad_scale, int step) {
+           float eps, float weight_decay, float grad_scale, int step, void* param_bf16) {
   kernels::adamw_update(param, grad, m, v, nullptr, static_cast<size_t>(n), lr, beta1, beta2, eps, weight_decay,
-                        grad_scale, step, nullptr, kernels::compute_stream());
+                        grad_scale, step, static_cast<__nv_bfloat16*>(param_bf16), kernels::compute_stream());
 }
 
 double sum_squares(const float* x, int64_t n) {

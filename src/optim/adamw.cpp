@@ -31,17 +31,21 @@ AdamW::AdamW(const OptimConfig& cfg, ParameterStore& store, int64_t begin, int64
   v_ = Tensor::zeros({end - begin}, DType::f32, store.device(), MemCategory::optimizer);
 }
 
-void AdamW::step(int step, double lr, double grad_scale) {
+bool AdamW::step(int step, double lr, double grad_scale) {
   float* p = store_.master().data<float>();
   const float* g = store_.grads().data<float>();
+  // CUDA, bf16 compute copy, whole buffer here: the update kernel writes the compute copy as well.
+  const bool write_compute = store_.device().is_cuda() && store_.compute_dtype() == DType::bf16 && begin_ == 0 &&
+                             end_ == store_.padded_numel();
   for (const DecaySegment& s : segments_) {
     const int64_t n = s.end - s.begin, local = s.begin - begin_;
     const float wd = s.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
 #ifdef FP8T_HAVE_CUDA
     if (store_.device().is_cuda()) {
+      void* compute = write_compute ? store_.compute().data<uint16_t>() + s.begin : nullptr;
       cuda_ops::adamw(p + s.begin, g + s.begin, m_.data<float>() + local, v_.data<float>() + local, n,
                       static_cast<float>(lr), static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
-                      static_cast<float>(cfg_.eps), wd, static_cast<float>(grad_scale), step);
+                      static_cast<float>(cfg_.eps), wd, static_cast<float>(grad_scale), step, compute);
       continue;
     }
 #endif
@@ -49,6 +53,7 @@ void AdamW::step(int step, double lr, double grad_scale) {
                      static_cast<float>(lr), static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
                      static_cast<float>(cfg_.eps), wd, static_cast<float>(grad_scale), step);
   }
+  return write_compute;
 }
 
 double sum_squares(const Tensor& t, int64_t begin, int64_t end) {

@@ -12,8 +12,10 @@ class AdamW {
   AdamW(const OptimConfig& cfg, ParameterStore& store, int64_t begin, int64_t end);
 
   // One update of master[begin, end) from grads[begin, end) * grad_scale (grad_scale folds in
-  // clipping and averaging). `step` is 1-based (bias correction).
-  void step(int step, double lr, double grad_scale);
+  // clipping and averaging). `step` is 1-based (bias correction). Returns true when it also wrote the
+  // bf16 compute copy (CUDA, and this optimizer owns the whole buffer), so that no
+  // ParameterStore::sync_compute() is needed.
+  bool step(int step, double lr, double grad_scale);
 
   Tensor& m() { return m_; }
   Tensor& v() { return v_; }

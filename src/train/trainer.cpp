@@ -176,12 +176,12 @@ class Trainer {
     if (!skipped) {
       double scale = 1.0 / world;
       if (cfg_.optim.grad_clip > 0 && norm > cfg_.optim.grad_clip) scale *= cfg_.optim.grad_clip / norm;
-      optim_->step(++opt_steps_, lr, scale);
+      const bool compute_written = optim_->step(++opt_steps_, lr, scale);
       if (cfg_.distributed.zero_stage >= 1 && world > 1) {
         Tensor mine = P.master().slice_flat(opt_begin_, {shard_});
         comm_.all_gather(mine, P.master());
       }
-      P.sync_compute();
+      if (!compute_written) P.sync_compute();
     }
     // Also after a skipped step: its non-finite amaxes are dropped, not carried into the next one.
     model_->on_optimizer_step();
