@@ -22,31 +22,46 @@ struct Fp8CastOutputs {
   float* colsum = nullptr;
 };
 
-// What the cast reads: the input itself, or gelu(input) computed on the fly (the FP8 MLP's GELU fused
-// into fc2's input cast, so the GELU output is never stored). gelu: bf16 input only; each value is
-// bf16_rn(gelu(x)) with the device GELU of kernels/gelu_math.cuh, exactly what gelu_forward
-// (kernels/gelu.cuh) writes, so codes, amax and saturation equal those of gelu_forward then the plain
-// cast, bit for bit.
-enum class Fp8CastInput { as_is, gelu };
+// What the cast reads: the input itself, or a function of it computed on the fly (a "prologue", so that
+// the function's output is never stored). Every prologue takes bf16 input and rounds its f32 result to
+// bf16 (round to nearest even), exactly as the unfused kernel stores it, so codes, amax and saturation
+// equal those of that kernel followed by the plain cast, bit for bit.
+// gelu: bf16_rn(gelu(x)) with the device GELU of kernels/gelu_math.cuh, what gelu_forward
+//   (kernels/gelu.cuh) writes (the FP8 MLP's GELU fused into fc2's input cast).
+// layernorm: in (rows, cols) is LayerNorm's input x, and element (r, c) reads
+//   bf16_rn((x[r, c] - mean[r]) * rstd[r] * w[c] + b[c]) with the arithmetic of
+//   kernels/layernorm_math.cuh, what layernorm_forward (kernels/layernorm.cuh) writes, given the mean and
+//   rstd of layernorm_stats (a LayerNorm fused into the input cast of the linear that follows it).
+enum class Fp8CastInput { as_is, gelu, layernorm };
+
+// The operands of the layernorm prologue (all null for the others): the per-row statistics
+// (layernorm_stats) and the per-column weight and bias of the LayerNorm.
+struct Fp8CastLayerNorm {
+  const float* mean = nullptr;          // (rows) f32
+  const float* rstd = nullptr;          // (rows) f32
+  const __nv_bfloat16* w = nullptr;     // (cols) bf16
+  const __nv_bfloat16* b = nullptr;     // (cols) bf16
+};
 
 // in (rows, cols) bf16 or f32, row-major. codes[i] = float_to_fp8(in[i] * *scale) bit-exactly as the
 // host codec (RNE, satfinite, NaN -> 0x7F for E4M3 / 0x7E for E5M2). out (rows, cols) and out_t
 // (cols, rows) may each be null (not both). A cast with stats.colsum set always runs the tiled
 // (cast + transpose) kernel, which knows columns; without out_t it just skips the transposed stores.
-// input gelu: in[i] stands for bf16_rn(gelu(in[i])) (see Fp8CastInput); always the tiled kernel, and
-// no colsum.
+// input gelu or layernorm: the cast reads the prologue's values (see Fp8CastInput; ln holds the
+// layernorm operands); always the tiled kernel, and no colsum.
 void fp8_cast(const void* in, DType in_dtype, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t,
               Fp8Format format, const float* scale, Fp8CastOutputs stats, cudaStream_t stream,
-              Fp8CastInput input = Fp8CastInput::as_is);
+              Fp8CastInput input = Fp8CastInput::as_is, Fp8CastLayerNorm ln = {});
 
 // out (n) bf16 = fp8_to_float(codes[i]) * *scale_inv, rounded to nearest even (as the host codec).
 void fp8_dequantize(const uint8_t* codes, Fp8Format format, int64_t n, const float* scale_inv, __nv_bfloat16* out,
                     cudaStream_t stream);
 
-// *amax = max(*amax, max |in|) with NaN sticking (the caller zeroes *amax first). input gelu (bf16
-// only): the amax of bf16_rn(gelu(in)), the values fp8_cast with the same input reads.
+// *amax = max(*amax, max |in|) with NaN sticking (the caller zeroes *amax first), in (n) seen as (n / cols,
+// cols). input gelu or layernorm: the amax of the values fp8_cast with the same input and operands reads
+// (layernorm needs the true cols; the others ignore it).
 void fp8_amax(const void* in, DType in_dtype, int64_t n, float* amax, cudaStream_t stream,
-              Fp8CastInput input = Fp8CastInput::as_is);
+              Fp8CastInput input = Fp8CastInput::as_is, int64_t cols = 1, Fp8CastLayerNorm ln = {});
 
 // Current scaling on the device: *scale = fp8_scale_from_amax(*amax, fmax, margin, *scale) and
 // *scale_inv = 1 / *scale, bit-exactly as the host function (src/fp8/scaling.h).

@@ -1,7 +1,9 @@
 // LayerNorm: one warp per row for the forward pass and for dinp, 16-byte loads where rows allow; dw/db are column sums over row
-// chunks, reduced in shared memory and added with one atomic per column per chunk.
+// chunks, reduced in shared memory and added with one atomic per column per chunk. The statistics alone
+// (layernorm_stats) for the FP8 cast that applies the normalization itself (kernels/fp8_cast.cuh).
 #include "kernels/cuda_common.cuh"
 #include "kernels/layernorm.cuh"
+#include "kernels/layernorm_math.cuh"
 
 namespace fp8t::kernels {
 namespace {
@@ -9,7 +11,6 @@ namespace {
 // ------------------------------------------------------------------------------------------------
 // CUDA kernels
 
-constexpr float kEps = 1e-5f;
 constexpr int kRowsPerBlock = 8;  // one warp each
 
 // Row access in chunks of 8 elements: 16-byte vectors when the rows allow it (kVec), else scalars
@@ -39,22 +40,20 @@ __device__ __forceinline__ void store8(bf16* p, int c0, int C, const float (&v)[
   }
 }
 
+// The row's mean and rstd (as .x, .y) in every lane of the warp: two passes (mean, then the mean
+// square deviation), with explicit _rn arithmetic so that layernorm_forward_kernel and
+// layernorm_stats_kernel, which both inline it, produce the same bits.
 template <bool kVec>
-__global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w,
-                                         const bf16* b, int64_t N, int C) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
-  if (row >= N) return;
-  const bf16* x = inp + row * C;
+__device__ __forceinline__ float2 row_stats(const bf16* x, int C, int lane) {
   float sum = 0.0f;
 #pragma unroll 4
   for (int c0 = lane * 8; c0 < C; c0 += 256) {
     float v[8];
     load8<kVec>(x, c0, C, v);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) sum += v[i];
+    for (int i = 0; i < 8; ++i) sum = __fadd_rn(sum, v[i]);
   }
-  const float m = warp_sum(sum) / C;
+  const float m = __fdiv_rn(warp_sum(sum), static_cast<float>(C));
   float var = 0.0f;
 #pragma unroll 4
   for (int c0 = lane * 8; c0 < C; c0 += 256) {
@@ -62,11 +61,22 @@ __global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, co
     load8<kVec>(x, c0, C, v);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const float d = c0 + i < C ? v[i] - m : 0.0f;
-      var += d * d;
+      const float d = c0 + i < C ? __fsub_rn(v[i], m) : 0.0f;
+      var = __fmaf_rn(d, d, var);
     }
   }
-  const float s = rsqrtf(warp_sum(var) / C + kEps);
+  return make_float2(m, rsqrtf(__fadd_rn(__fdiv_rn(warp_sum(var), static_cast<float>(C)), kLayerNormEps)));
+}
+
+template <bool kVec>
+__global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w,
+                                         const bf16* b, int64_t N, int C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
+  if (row >= N) return;
+  const bf16* x = inp + row * C;
+  const float2 stats = row_stats<kVec>(x, C, lane);
+  const float m = stats.x, s = stats.y;
   bf16* y = out + row * C;
 #pragma unroll 4
   for (int c0 = lane * 8; c0 < C; c0 += 256) {
@@ -75,12 +85,25 @@ __global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, co
     load8<kVec>(w, c0, C, wv);
     load8<kVec>(b, c0, C, bv);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = (v[i] - m) * s * wv[i] + bv[i];
+    for (int i = 0; i < 8; ++i) v[i] = layernorm_value(v[i], m, s, wv[i], bv[i]);
     store8<kVec>(y, c0, C, v);
   }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;
+  }
+}
+
+// layernorm_forward_kernel without the output: the same mean and rstd, bit for bit.
+template <bool kVec>
+__global__ void layernorm_stats_kernel(float* mean, float* rstd, const bf16* inp, int64_t N, int C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
+  if (row >= N) return;
+  const float2 stats = row_stats<kVec>(inp + row * C, C, lane);
+  if (lane == 0) {
+    mean[row] = stats.x;
+    rstd[row] = stats.y;
   }
 }
 
@@ -190,6 +213,19 @@ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, con
     layernorm_forward_kernel<true><<<blocks, threads, 0, stream>>>(out, mean, rstd, inp, w, b, N, C);
   else
     layernorm_forward_kernel<false><<<blocks, threads, 0, stream>>>(out, mean, rstd, inp, w, b, N, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+void layernorm_stats(float* mean, float* rstd, const bf16* inp, int64_t N, int C, cudaStream_t stream) {
+  FP8T_CHECK(N > 0 && C > 0, "layernorm_stats: bad sizes N={} C={}", N, C);
+  // The vector path reads a row exactly as layernorm_forward's does (same chunks, same order), so
+  // choosing it by inp's alignment alone gives the same statistics as the forward's choice.
+  const bool vec = C % 8 == 0 && aligned16(inp);
+  const int blocks = ceil_div(N, kRowsPerBlock), threads = 32 * kRowsPerBlock;
+  if (vec)
+    layernorm_stats_kernel<true><<<blocks, threads, 0, stream>>>(mean, rstd, inp, N, C);
+  else
+    layernorm_stats_kernel<false><<<blocks, threads, 0, stream>>>(mean, rstd, inp, N, C);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -10,6 +10,9 @@ namespace fp8t::kernels {
 // out (N, C) bf16; mean, rstd (N) f32 saved for backward; w, b (C) bf16
 void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* inp,
                        const __nv_bfloat16* w, const __nv_bfloat16* b, int64_t N, int C, cudaStream_t stream);
+// mean, rstd (N) f32: exactly the statistics layernorm_forward saves, without its output (the FP8
+// cast's LayerNorm prologue, kernels/fp8_cast.cuh, applies the normalization itself).
+void layernorm_stats(float* mean, float* rstd, const __nv_bfloat16* inp, int64_t N, int C, cudaStream_t stream);
 // dinp (N, C) bf16 +=; dw, db (C) f32 += (atomics across row chunks)
 void layernorm_backward(__nv_bfloat16* dinp, float* dw, float* db, const __nv_bfloat16* dout,
                         const __nv_bfloat16* inp, const __nv_bfloat16* w, const float* mean, const float* rstd,
