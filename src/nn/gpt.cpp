@@ -215,10 +215,22 @@ Var GPT::block(int l, const Var& x) {
   auto release = [&](const Var& ln_out, const Var& in, const Var& w, const Var& b) {
     if (recompute_layernorm_) release_for_recompute(ln_out, [in, w, b] { return layernorm(in, w, b)->value; });
   };
-  const Var ln1 = layernorm(x, P.var(p + "ln_1.weight"), P.var(p + "ln_1.bias"));
-  Var h = dense(LinearKind::qkv, l, ln1, P.var(p + "attn.c_attn.weight"), P.var(p + "attn.c_attn.bias"));
-  release(ln1, x, P.var(p + "ln_1.weight"), P.var(p + "ln_1.bias"));
   const auto& fp8_row = fp8_block_[static_cast<size_t>(l)];
+  // An FP8 qkv or fc normalizes its input inside its FP8 cast (fp8_linear_ln), unless its bf16 storage
+  // would keep the LayerNorm output anyway. Then no LayerNorm output exists, so none is released.
+  auto ln_fused = [&](LinearKind k) -> Fp8LinearState* {
+    Fp8LinearState* st = fp8_row[static_cast<size_t>(k)];
+    return st && st->cfg.activation_storage != ActivationStorage::bf16 ? st : nullptr;
+  };
+  Var h;
+  if (Fp8LinearState* qkv = ln_fused(LinearKind::qkv)) {
+    h = fp8_linear_ln(x, P.var(p + "ln_1.weight"), P.var(p + "ln_1.bias"), P.var(p + "attn.c_attn.weight"),
+                      P.var(p + "attn.c_attn.bias"), *qkv);
+  } else {
+    const Var ln1 = layernorm(x, P.var(p + "ln_1.weight"), P.var(p + "ln_1.bias"));
+    h = dense(LinearKind::qkv, l, ln1, P.var(p + "attn.c_attn.weight"), P.var(p + "attn.c_attn.bias"));
+    release(ln1, x, P.var(p + "ln_1.weight"), P.var(p + "ln_1.bias"));
+  }
   // activation_storage fp8_all: an FP8 block also keeps attention's qkv and the GELU input in FP8.
   auto fp8_all = [&](LinearKind k) {
     const Fp8LinearState* st = fp8_row[static_cast<size_t>(k)];
@@ -227,13 +239,15 @@ Var GPT::block(int l, const Var& x) {
   h = attention(h, cfg_.n_head, fp8_all(LinearKind::qkv));
   h = dense(LinearKind::proj, l, h, P.var(p + "attn.c_proj.weight"), P.var(p + "attn.c_proj.bias"));
   Var x1 = add(x, h);
-  const Var ln2 = layernorm(x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
-  h = ln2;
+  Fp8LinearState* fc_ln = ln_fused(LinearKind::fc);
+  const Var ln2 = fc_ln ? Var() : layernorm(x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
   if (!fp8_row[static_cast<size_t>(LinearKind::fc)] && !fp8_row[static_cast<size_t>(LinearKind::fc2)]) {
-    h = gelu_mlp(h, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"), P.var(p + "mlp.c_proj.weight"),
+    h = gelu_mlp(ln2, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"), P.var(p + "mlp.c_proj.weight"),
                  P.var(p + "mlp.c_proj.bias"));
   } else {
-    h = dense(LinearKind::fc, l, h, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"));
+    h = fc_ln ? fp8_linear_ln(x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"), P.var(p + "mlp.c_fc.weight"),
+                              P.var(p + "mlp.c_fc.bias"), *fc_ln)
+              : dense(LinearKind::fc, l, ln2, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"));
     Fp8LinearState* fc2 = fp8_row[static_cast<size_t>(LinearKind::fc2)];
     const bool store_fp8 = fp8_all(LinearKind::fc) || fp8_all(LinearKind::fc2);
     // An FP8 fc2 casts gelu(h) straight from h (the GELU fused into its input cast), when its own
@@ -245,7 +259,7 @@ Var GPT::block(int l, const Var& x) {
       h = dense(LinearKind::fc2, l, h, P.var(p + "mlp.c_proj.weight"), P.var(p + "mlp.c_proj.bias"));
     }
   }
-  release(ln2, x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
+  if (ln2) release(ln2, x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
   return add(x1, h);
 }
 

@@ -15,6 +15,7 @@
 #include "core/cuda_check.h"
 #include "fp8/saved.h"
 #include "kernels/fp8_cast.cuh"
+#include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
 #include "kernels/stream.cuh"
 #include "ops/cuda_ops.h"
@@ -190,14 +191,14 @@ using bf16 = __nv_bfloat16;
 
 Fp8DeviceSlot* slot(Fp8DeviceSlot* slots, Fp8Role r) { return slots + static_cast<int>(r); }
 
-// Current scaling: the amax of t (of what the cast reads: gelu(t) with input gelu) and the scale from
-// it, on the device, into the slot before the cast. Delayed scaling: the slot already holds the step's
-// scale.
+// Current scaling: the amax of t (of what the cast reads: gelu(t) or layernorm(t) with those inputs,
+// ln holding the LayerNorm operands) and the scale from it, on the device, into the slot before the
+// cast. Delayed scaling: the slot already holds the step's scale.
 void prepare_scale(const Fp8TensorMeta& meta, Fp8DeviceSlot* s, const Tensor& t, cudaStream_t stream,
-                   k::Fp8CastInput input = k::Fp8CastInput::as_is) {
+                   k::Fp8CastInput input = k::Fp8CastInput::as_is, k::Fp8CastLayerNorm ln = {}) {
   if (meta.scaling != Fp8Scaling::current) return;
   CUDA_CHECK(cudaMemsetAsync(&s->amax_now, 0, sizeof(float), stream));
-  k::fp8_amax(t.raw(), t.dtype(), t.numel(), &s->amax_now, stream, input);
+  k::fp8_amax(t.raw(), t.dtype(), t.numel(), &s->amax_now, stream, input, t.dim(-1), ln);
   k::fp8_scale_from_amax(&s->amax_now, meta.fmax(), meta.margin, &s->scale, &s->scale_inv, stream);
 }
 
@@ -228,10 +229,19 @@ void expect_cuda(const Tensor& t, DType dtype, const char* what, const std::stri
              what, dtype_name(dtype), t.str());
 }
 
-// x (..., IC) -> (..., OC). gelu_input: the linear's input is gelu(x), computed inside x's FP8 cast
-// and never stored (x is the MLP's pre-activation); backward turns the dgrad output d gelu(x) into
-// x's gradient with the GELU backward kernel. The fused op needs FP8 storage (checked by the caller).
-Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, bool gelu_input) {
+// The linear's input as a function of the Var x that fp8_linear_cuda takes, computed inside x's FP8
+// cast (kernels/fp8_cast.cuh, Fp8CastInput) and never stored: x itself; gelu(x), x the MLP's
+// pre-activation; or layernorm(x, ln_w, ln_b), x the residual stream.
+struct InputPrologue {
+  k::Fp8CastInput kind = k::Fp8CastInput::as_is;
+  Var ln_w, ln_b;  // layernorm: (IC) bf16 weight and bias
+};
+
+// x (..., IC) -> (..., OC), the linear applied to input.kind of x. Backward turns the dgrad output (the
+// gradient of the prologue's output) into x's gradient with the GELU or LayerNorm backward kernel
+// (the latter also adds ln_w's and ln_b's). A prologue needs FP8 storage (checked by the callers):
+// bf16 storage would keep the prologue's output to re-cast it in backward.
+Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, const InputPrologue& input = {}) {
   const Tensor& wv = w->value;
   expect_cuda(x->value, DType::bf16, "x", st.name);
   expect_cuda(wv, DType::bf16, "w (the bf16 compute copy)", st.name);
@@ -246,9 +256,18 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   Fp8DeviceSlot* slots = st.device.slots(wv.device(), st.metas());
   cache_weight_cuda(st, wv, slots, stream);
 
-  const bool train = needs_grad(x, w, b);
+  const bool gelu_input = input.kind == k::Fp8CastInput::gelu, ln_input = input.kind == k::Fp8CastInput::layernorm;
+  if (ln_input) {
+    expect_cuda(input.ln_w->value, DType::bf16, "the LayerNorm weight", st.name);
+    expect_cuda(input.ln_b->value, DType::bf16, "the LayerNorm bias", st.name);
+  }
+  // x's gradient, or with a LayerNorm prologue also ln_w's or ln_b's: the LayerNorm backward.
+  const bool in_needs_grad = needs_grad(x, input.ln_w, input.ln_b);
+  const bool train = in_needs_grad || needs_grad(w, b);
   const bool store_fp8 = st.cfg.activation_storage != ActivationStorage::bf16;
-  const k::Fp8CastInput cast_input = gelu_input ? k::Fp8CastInput::gelu : k::Fp8CastInput::as_is;
+  FP8T_CHECK(input.kind == k::Fp8CastInput::as_is || store_fp8,
+             "fp8_linear ({}): a fused GELU or LayerNorm input needs FP8 activation storage", st.name);
+  const k::Fp8CastInput cast_input = input.kind;
   // gelu_input keeps the pre-activation x for the GELU backward: as x itself, or with fp8_all as FP8
   // codes, the forward then running on their round trip exactly as the gelu op does (ops.h).
   const bool save_pre_fp8 = gelu_input && needs_grad(x) && st.cfg.activation_storage == ActivationStorage::fp8_all;
@@ -260,13 +279,25 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   const bool keep_xt = train && w->requires_grad && store_fp8;
   const DType fwd = fp8_dtype(st.formats.forward), bwd = fp8_dtype(st.formats.backward);
   const Tensor x2 = xv.view({M, IC});
+  // layernorm_input: the (M) statistics the cast normalizes with, which the LayerNorm backward reads.
+  Tensor ln_mean, ln_rstd;
+  k::Fp8CastLayerNorm ln_operands;
+  if (ln_input) {
+    const MemCategory cat = in_needs_grad ? MemCategory::activations : MemCategory::workspace;
+    ln_mean = Tensor::empty({M}, DType::f32, xv.device(), cat);
+    ln_rstd = Tensor::empty({M}, DType::f32, xv.device(), cat);
+    k::layernorm_stats(ln_mean.data<float>(), ln_rstd.data<float>(), x2.data<bf16>(), M, static_cast<int>(IC),
+                       stream);
+    ln_operands = {ln_mean.data<float>(), ln_rstd.data<float>(), input.ln_w->value.data<bf16>(),
+                   input.ln_b->value.data<bf16>()};
+  }
   Tensor xq = Tensor::empty({M, IC}, fwd, xv.device(), MemCategory::workspace);
   Tensor xq_t = keep_xt ? Tensor::empty({IC, M}, fwd, xv.device(), MemCategory::activations) : Tensor();
   Fp8DeviceSlot* sx = slot(slots, Fp8Role::input);
-  prepare_scale(st.input, sx, x2, stream, cast_input);
+  prepare_scale(st.input, sx, x2, stream, cast_input, ln_operands);
   k::fp8_cast(x2.raw(), DType::bf16, M, IC, xq.data<uint8_t>(), keep_xt ? xq_t.data<uint8_t>() : nullptr,
               st.formats.forward, &sx->scale, grad_enabled() ? stats_into(sx) : k::Fp8CastOutputs{}, stream,
-              cast_input);
+              cast_input, ln_operands);
   if (grad_enabled()) st.device.mark_pending(Fp8Role::input);
   // Backward needs this cast's (scale_inv, scale). Delayed scaling: the slot keeps them for the step.
   // Current scaling: the next cast overwrites the slot, so keep a copy.
@@ -290,14 +321,19 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   Var y = make_var(std::move(out));
   if (!train) return y;
   y->requires_grad = true;
-  const bool x_needs_grad = x->requires_grad;
-  const GradRef x_grad = grad_ref(x);  // the gradient only: x's value is not kept
+  const bool x_needs_grad = in_needs_grad;  // with a LayerNorm prologue: x's, ln_w's or ln_b's
+  const GradRef x_grad = grad_ref(x);  // the gradient only: x's value is not kept (but see ln_x_kept)
   Var x_kept = store_fp8 || !w->requires_grad ? Var() : x;  // bf16 storage: x is re-cast in backward
   // gelu_input: the pre-activation for the GELU backward (one of the two).
   Var pre_kept = gelu_input && x_needs_grad && !save_pre_fp8 ? x : Var();
-  current_tape()->record(gelu_input ? "fp8_linear_gelu" : "fp8_linear",
-                         [&st, x_grad, x_kept, pre_kept, pre_saved, gelu_input, xq_t, x_scales, x_scale, x_scale_inv,
-                          x_needs_grad, w, b, yg = grad_ref(y), M, IC, OC, fwd, bwd] {
+  // ln_input: the LayerNorm backward's input (the residual stream, which the unfused LayerNorm keeps too).
+  Var ln_x_kept = ln_input && x_needs_grad ? x : Var();
+  InputPrologue prologue = ln_input && x_needs_grad ? input : InputPrologue{input.kind, {}, {}};
+  if (!ln_x_kept) ln_mean = ln_rstd = Tensor();
+  const char* node = gelu_input ? "fp8_linear_gelu" : ln_input ? "fp8_linear_ln" : "fp8_linear";
+  current_tape()->record(node, [&st, x_grad, x_kept, pre_kept, pre_saved, prologue, ln_x_kept, ln_mean, ln_rstd,
+                                xq_t, x_scales, x_scale, x_scale_inv, x_needs_grad, w, b, yg = grad_ref(y), M, IC,
+                                OC, fwd, bwd] {
     const Tensor& dy_full = grad_of(yg);  // the output's gradient only: its value is not kept
     expect_cuda(dy_full, DType::bf16, "the output gradient", st.name);
     const Tensor dy = dy_full.view({M, OC});
@@ -324,14 +360,34 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
       k::fp8_cast(dy.raw(), DType::bf16, M, OC, need_dx ? dyq.data<uint8_t>() : nullptr,
                   need_dw ? dyq_t.data<uint8_t>() : nullptr, st.formats.backward, &sdy->scale, dy_stats, stream);
       st.device.mark_pending(Fp8Role::grad_output);
-      if (need_dx) {
+      if (need_dx && prologue.kind == k::Fp8CastInput::layernorm) {
+        // The GEMM's output is d layernorm(x), written (beta 0) into a temporary as the unfused
+        // LayerNorm output's gradient would be (same bits); then the LayerNorm backward adds into x's
+        // gradient (zero-filled if new: it accumulates) and into ln_w's and ln_b's (f32).
+        const Var& x_in = ln_x_kept;
+        Tensor dh = Tensor::empty(x_grad.shape, DType::bf16, dy.device(), MemCategory::workspace);
+        k::matmul_fp8_backward_input(dh.data<bf16>(), {dyq.raw(), bwd, &sdy->scale_inv},
+                                     {st.weight_fp8_t.raw(), fwd, &slot(slots, Fp8Role::weight)->scale_inv}, m, ic,
+                                     oc, /*accumulate=*/false, stream);
+        auto grad_or_zeros = [](const Var& v, DType dtype) {  // grad_of zero-fills a new gradient
+          const Tensor& value = value_of(v);
+          return v->requires_grad ? grad_of(v)
+                                  : Tensor::zeros(value.shape(), dtype, value.device(), MemCategory::workspace);
+        };
+        Tensor dx = grad_or_zeros(x_in, DType::bf16);
+        Tensor dlw = grad_or_zeros(prologue.ln_w, DType::f32), dlb = grad_or_zeros(prologue.ln_b, DType::f32);
+        expect_cuda(dx, DType::bf16, "the input gradient", st.name);
+        expect_cuda(dlw, DType::f32, "the LayerNorm weight gradient", st.name);
+        expect_cuda(dlb, DType::f32, "the LayerNorm bias gradient", st.name);
+        cuda_ops::layernorm_backward(dx, dlw, dlb, dh, value_of(x_in), prologue.ln_w->value, ln_mean, ln_rstd);
+      } else if (need_dx) {
         // A gradient that does not exist yet is written (beta 0), not zero-filled and added to.
         const bool accumulate = x_grad.cell->defined();
         if (!accumulate)
           *x_grad.cell = Tensor::empty(x_grad.shape, x_grad.dtype, x_grad.device, MemCategory::activations);
         Tensor& dx = *x_grad.cell;
         expect_cuda(dx, DType::bf16, "the input gradient", st.name);
-        if (gelu_input) {
+        if (prologue.kind == k::Fp8CastInput::gelu) {
           // The GEMM's output is d gelu(x), written (beta 0) into a temporary as the unfused gelu
           // output's gradient would be (same bits); then dx += gelu'(x) * d gelu(x).
           if (!accumulate) dx.zero_();
@@ -395,7 +451,7 @@ Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st) {
   check_args(x, w, b, st);
   if (x->value.device().is_cuda()) {
 #ifdef FP8T_HAVE_CUDA
-    return fp8_linear_cuda(x, w, b, st, /*gelu_input=*/false);
+    return fp8_linear_cuda(x, w, b, st);
 #endif
   }
   return fp8_linear_cpu(x, w, b, st);
@@ -406,10 +462,25 @@ Var fp8_linear_gelu(const Var& pre, const Var& w, const Var& b, Fp8LinearState& 
   const bool fp8_all = st.cfg.activation_storage == ActivationStorage::fp8_all;
 #ifdef FP8T_HAVE_CUDA
   if (pre->value.device().is_cuda() && st.cfg.activation_storage != ActivationStorage::bf16)
-    return fp8_linear_cuda(pre, w, b, st, /*gelu_input=*/true);
+    return fp8_linear_cuda(pre, w, b, st, {k::Fp8CastInput::gelu, {}, {}});
 #endif
   // The CPU emulation, and bf16 storage (which keeps the linear's input, here gelu(pre), to re-cast it
   // in backward): the composition itself.
   return fp8_linear(gelu(pre, fp8_all), w, b, st);
+}
+
+Var fp8_linear_ln(const Var& x, const Var& ln_w, const Var& ln_b, const Var& w, const Var& b, Fp8LinearState& st) {
+  check_args(x, w, b, st);
+  const int64_t C = x->value.dim(-1);
+  FP8T_CHECK(ln_w && ln_b && ln_w->value.numel() == C && ln_b->value.numel() == C,
+             "fp8_linear_ln ({}): the LayerNorm weight {} and bias {} must have C = {} elements", st.name,
+             ln_w ? ln_w->value.str() : "(none)", ln_b ? ln_b->value.str() : "(none)", C);
+#ifdef FP8T_HAVE_CUDA
+  if (x->value.device().is_cuda() && st.cfg.activation_storage != ActivationStorage::bf16)
+    return fp8_linear_cuda(x, w, b, st, {k::Fp8CastInput::layernorm, ln_w, ln_b});
+#endif
+  // The CPU emulation, and bf16 storage (which keeps the linear's input, here layernorm(x), to re-cast
+  // it in backward): the composition itself.
+  return fp8_linear(layernorm(x, ln_w, ln_b), w, b, st);
 }
 }  // namespace fp8t

@@ -72,4 +72,14 @@ Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st);
 // gelu's store_fp8 = (activation_storage == fp8_all).
 Var fp8_linear_gelu(const Var& pre, const Var& w, const Var& b, Fp8LinearState& st);
 
+// fp8_linear(layernorm(x, ln_w, ln_b), w, b, st), bit for bit (an FP8 qkv or fc with the LayerNorm
+// before it): on CUDA a statistics kernel writes LayerNorm's (mean, rstd) and the normalization runs
+// inside the input's FP8 cast (kernels/fp8_cast.cuh, Fp8CastInput::layernorm), so layernorm(x) is never
+// written or read in bf16; backward computes d layernorm(x) with the dgrad GEMM into a temporary, and
+// the LayerNorm backward kernel adds x's, ln_w's and ln_b's gradients; wgrad reads the forward's
+// transposed codes. The node keeps x (the residual stream, which the unfused LayerNorm keeps too), mean,
+// rstd, ln_w and ln_b; there is no LayerNorm output to release for recompute. The CPU emulation and
+// activation_storage bf16 (which would keep layernorm(x) to re-cast it in backward) run the composition.
+Var fp8_linear_ln(const Var& x, const Var& ln_w, const Var& ln_b, const Var& w, const Var& b, Fp8LinearState& st);
+
 }  // namespace fp8t

@@ -1,6 +1,7 @@
 // FP8 linear on the CPU emulation: exact against a direct computation from the FP8 codes, within
-// FP8's error of the FP32 linear, weight cache per optimizer step, FP8 activation storage; and the
-// FP8 GPT: selective FP8 by kind and depth, NaN/Inf naming, recompute, a short training run.
+// FP8's error of the FP32 linear, weight cache per optimizer step, FP8 activation storage, the fused
+// GELU and LayerNorm ops against their compositions; and the FP8 GPT: selective FP8 by kind and depth,
+// NaN/Inf naming, recompute, a short training run.
 #include <unistd.h>
 
 #include <catch2/catch_test_macros.hpp>
@@ -285,6 +286,63 @@ TEST_CASE("fp8: fp8_linear_gelu equals gelu then fp8_linear bit for bit", "[fp8]
       CHECK(fused.input.scale != 1.0f);  // the scales did move: delayed scaling used its history
     }
   }
+}
+
+TEST_CASE("fp8: fp8_linear_ln equals layernorm then fp8_linear bit for bit", "[fp8]") {
+  // On the CPU the fused op runs the composition, so this checks its plumbing: the same statistics,
+  // outputs and gradients (x, ln_w, ln_b, w, b) over three steps with optimizer steps between, for both
+  // scalings and every storage, with separate but identically configured states.
+  const int64_t B = 2, T = 16, C = 64, OC = 48;
+  for (const Fp8Scaling scaling : {Fp8Scaling::delayed, Fp8Scaling::current}) {
+    for (const ActivationStorage storage :
+         {ActivationStorage::fp8, ActivationStorage::fp8_all, ActivationStorage::bf16}) {
+      CAPTURE(static_cast<int>(scaling), static_cast<int>(storage));
+      Fp8LinearState fused("fused", fp8_cfg(scaling, storage)), plain("plain", fp8_cfg(scaling, storage));
+      std::mt19937 rng(17);
+      for (int step = 0; step < 3; ++step) {
+        const Tensor x = randn(rng, {B, T, C}, 2.0f), lw = randn(rng, {C}, 1.0f), lb = randn(rng, {C}, 0.2f);
+        const Tensor w = randn(rng, {OC, C}, 0.1f), b = randn(rng, {OC}, 0.1f), dy = randn(rng, {B, T, OC}, 1e-3f);
+        auto run = [&](Fp8LinearState& st, bool fuse) {
+          Var xv = make_var(x, true), lwv = make_var(lw, true), lbv = make_var(lb, true);
+          Var wv = make_var(w, true), bv = make_var(b, true);
+          Tape tape;
+          Var y;
+          {
+            TapeScope s(&tape);
+            y = fuse ? fp8_linear_ln(xv, lwv, lbv, wv, bv, st) : fp8_linear(layernorm(xv, lwv, lbv), wv, bv, st);
+          }
+          grad_of(y).copy_from(dy);
+          {
+            TapeScope none(nullptr);
+            tape.run_backward();
+          }
+          std::vector<std::vector<float>> out{y->value.to_float_vector()};
+          for (const Var& v : {xv, lwv, lbv, wv, bv}) out.push_back(grad_of(v).to_float_vector());
+          return out;
+        };
+        const auto f = run(fused, true), u = run(plain, false);
+        for (size_t i = 0; i < f.size(); ++i) {
+          CAPTURE(i);  // y, dx, d ln_w, d ln_b, dw, db
+          CHECK(f[i] == u[i]);
+        }
+        for (auto [a, c] : {std::pair{&fused.input, &plain.input}, std::pair{&fused.weight, &plain.weight},
+                            std::pair{&fused.grad_output, &plain.grad_output}}) {
+          CHECK(a->scale == c->scale);
+          CHECK(a->amax_this_step == c->amax_this_step);
+          CHECK(a->saturated_this_step == c->saturated_this_step);
+        }
+        fused.on_optimizer_step();
+        plain.on_optimizer_step();
+      }
+      CHECK(fused.input.scale != 1.0f);
+    }
+  }
+  // Mismatched LayerNorm parameters are a user's error with a message.
+  Fp8LinearState st("bad", fp8_cfg(Fp8Scaling::delayed, ActivationStorage::fp8));
+  std::mt19937 rng(3);
+  Var x = make_var(randn(rng, {2, 16, 32}, 1.0f)), w = make_var(randn(rng, {16, 32}, 0.1f));
+  Var lw = make_var(randn(rng, {31}, 1.0f)), lb = make_var(randn(rng, {32}, 1.0f));
+  CHECK_THROWS_WITH(fp8_linear_ln(x, lw, lb, w, Var(), st), Catch::Matchers::ContainsSubstring("C = 32"));
 }
 
 TEST_CASE("fp8: fp8_linear rejects what the emulation cannot run", "[fp8]") {

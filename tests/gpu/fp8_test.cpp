@@ -1,7 +1,8 @@
 // FP8 on the GPU: the cast kernels bit-exact against the host codec (every bf16 pattern, saturation,
 // NaN, transpose, amax), each FP8 GEMM against a double GEMM over the same codes and scales, the
-// CUDA fp8_linear against its CPU emulation, the GELU-fused cast and fp8_linear_gelu against gelu then
-// the cast / fp8_linear (bit for bit), and a short FP8 GPT training run.
+// CUDA fp8_linear against its CPU emulation, the GELU- and LayerNorm-fused casts and fp8_linear_gelu /
+// fp8_linear_ln against gelu / layernorm then the cast / fp8_linear (bit for bit), and a short FP8 GPT
+// training run.
 #include <unistd.h>
 
 #include <catch2/catch_test_macros.hpp>
@@ -16,6 +17,7 @@
 #include "gpu_test_util.h"
 #include "kernels/fp8_cast.cuh"
 #include "kernels/gelu.cuh"
+#include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
 #include "kernels/stream.cuh"
 #include "ops/fp8_linear.h"
@@ -354,6 +356,94 @@ TEST_CASE("fp8 cast: the GELU prologue equals gelu_forward then the cast bit for
                                  kernels::compute_stream(), kernels::Fp8CastInput::gelu));
 }
 
+TEST_CASE("fp8 cast: the LayerNorm prologue equals layernorm_forward then the cast bit for bit - ragged shapes - "
+          "amax",
+          "[gpu][fp8]") {
+  // Reference: layernorm_forward writes ln (bf16), mean and rstd; the plain cast casts ln. The fused
+  // path: layernorm_stats on x (aligned, and at an offset of one element, which takes the scalar paths),
+  // then the cast with the LayerNorm prologue reading x: mean/rstd bits, codes, transposed codes, amax
+  // bits and saturation count must be identical, and fp8_amax with the prologue must equal fp8_amax of
+  // ln. C = 100 takes the scalar paths everywhere; no shape has rows a multiple of 128. Row 0 is
+  // constant (variance 0, rstd = 1/sqrt(eps)). scale 64 saturates E4M3 (|ln| > 7).
+  const std::pair<int64_t, int64_t> shapes[] = {{272, 768}, {77, 100}, {300, 64}, {129, 1600}, {1, 100}, {16, 1600}};
+  const float scale = 64.0f;
+  for (auto [rows, cols] : shapes) {
+    const int64_t n = rows * cols;
+    auto x = randn(static_cast<size_t>(n), 3.0f);
+    for (int64_t c = 0; c < cols; ++c) x[c] = 3.0f;
+    const auto lw = randn(static_cast<size_t>(cols), 2.0f), lb = randn(static_cast<size_t>(cols), 0.5f);
+    const Tensor d_x = upload(x, {rows, cols}, DType::bf16), d_w = upload(lw, {cols}, DType::bf16);
+    const Tensor d_b = upload(lb, {cols}, DType::bf16);
+    std::vector<float> x_off(1, 0.0f);
+    x_off.insert(x_off.end(), x.begin(), x.end());
+    const Tensor d_x_off = upload(x_off, {n + 1}, DType::bf16);
+    Tensor ln = poisoned({rows, cols}, DType::bf16);
+    Tensor mean = poisoned({rows}, DType::f32), rstd = poisoned({rows}, DType::f32);
+    kernels::layernorm_forward(ln.data<__nv_bfloat16>(), mean.data<float>(), rstd.data<float>(),
+                               d_x.data<__nv_bfloat16>(), d_w.data<__nv_bfloat16>(), d_b.data<__nv_bfloat16>(), rows,
+                               static_cast<int>(cols), kernels::compute_stream());
+    const std::vector<float> ref_mean = download(mean), ref_rstd = download(rstd);
+    for (int offset : {0, 1}) {
+      INFO(rows << "x" << cols << " offset " << offset);
+      const auto* in = offset ? d_x_off.data<__nv_bfloat16>() + 1 : d_x.data<__nv_bfloat16>();
+      Tensor s_mean = poisoned({rows}, DType::f32), s_rstd = poisoned({rows}, DType::f32);
+      kernels::layernorm_stats(s_mean.data<float>(), s_rstd.data<float>(), in, rows, static_cast<int>(cols),
+                               kernels::compute_stream());
+      const std::vector<float> got_mean = download(s_mean), got_rstd = download(s_rstd);
+      CHECK(std::memcmp(got_mean.data(), ref_mean.data(), rows * sizeof(float)) == 0);
+      CHECK(std::memcmp(got_rstd.data(), ref_rstd.data(), rows * sizeof(float)) == 0);
+      const kernels::Fp8CastLayerNorm ops{s_mean.data<float>(), s_rstd.data<float>(), d_w.data<__nv_bfloat16>(),
+                                          d_b.data<__nv_bfloat16>()};
+      Tensor amax_pair = Tensor::zeros({2}, DType::f32, kGpu);
+      kernels::fp8_amax(ln.raw(), DType::bf16, n, amax_pair.data<float>(), kernels::compute_stream());
+      kernels::fp8_amax(in, DType::bf16, n, amax_pair.data<float>() + 1, kernels::compute_stream(),
+                        kernels::Fp8CastInput::layernorm, cols, ops);
+      const std::vector<float> amaxes = download(amax_pair);
+      CHECK(amaxes[0] > 0.0f);
+      CHECK(std::memcmp(&amaxes[0], &amaxes[1], sizeof(float)) == 0);
+      for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+        Tensor d_scale = device_floats({scale});
+        auto cast = [&](const void* src, bool want_out, bool want_t, kernels::Fp8CastInput input) {
+          Tensor out = poisoned({rows, cols}, fp8_dtype(f)), out_t = poisoned({cols, rows}, fp8_dtype(f));
+          Tensor stats = Tensor::zeros({4}, DType::f32, kGpu);  // amax (float), pad, saturated (u64)
+          kernels::fp8_cast(src, DType::bf16, rows, cols, want_out ? out.data<uint8_t>() : nullptr,
+                            want_t ? out_t.data<uint8_t>() : nullptr, f, d_scale.data<float>(),
+                            {stats.data<float>(), reinterpret_cast<unsigned long long*>(stats.data<float>() + 2)},
+                            kernels::compute_stream(), input, ops);
+          return std::tuple{want_out ? download_codes(out) : std::vector<uint8_t>{},
+                            want_t ? download_codes(out_t) : std::vector<uint8_t>{}, download(stats)};
+        };
+        for (int mode = 0; mode < 3; ++mode) {  // out only, out_t only, both
+          INFO(name(f) << " mode " << mode);
+          const bool want_out = mode != 1, want_t = mode != 0;
+          const auto [ref, ref_t, ref_stats] = cast(ln.raw(), want_out, want_t, kernels::Fp8CastInput::as_is);
+          const auto [got, got_t, got_stats] = cast(in, want_out, want_t, kernels::Fp8CastInput::layernorm);
+          CHECK(mismatches(got, ref) == 0);
+          CHECK(mismatches(got_t, ref_t) == 0);
+          CHECK(std::memcmp(got_stats.data(), ref_stats.data(), 4 * sizeof(float)) == 0);  // amax and saturation
+          CHECK(std::memcmp(&got_stats[0], &amaxes[0], sizeof(float)) == 0);
+          uint64_t saturated = 0;
+          std::memcpy(&saturated, &got_stats[2], sizeof(saturated));
+          if (f == Fp8Format::e4m3 && n >= 4096) CHECK(saturated > 0);  // the test does reach saturation
+        }
+      }
+    }
+  }
+  // The prologue needs its operands, bf16 input and no column sums; the amax pass needs cols | n.
+  Tensor bf16_in = Tensor::zeros({16, 16}, DType::bf16, kGpu), sums = Tensor::zeros({16}, DType::f32, kGpu);
+  Tensor out = Tensor::empty({16, 16}, fp8_dtype(Fp8Format::e4m3), kGpu), d_scale = device_floats({1.0f});
+  CHECK_THROWS(kernels::fp8_cast(bf16_in.raw(), DType::bf16, 16, 16, out.data<uint8_t>(), nullptr, Fp8Format::e4m3,
+                                 d_scale.data<float>(), {}, kernels::compute_stream(),
+                                 kernels::Fp8CastInput::layernorm));
+  const kernels::Fp8CastLayerNorm ops{sums.data<float>(), sums.data<float>(), bf16_in.data<__nv_bfloat16>(),
+                                      bf16_in.data<__nv_bfloat16>()};
+  CHECK_THROWS(kernels::fp8_cast(bf16_in.raw(), DType::bf16, 16, 16, out.data<uint8_t>(), nullptr, Fp8Format::e4m3,
+                                 d_scale.data<float>(), {nullptr, nullptr, sums.data<float>()},
+                                 kernels::compute_stream(), kernels::Fp8CastInput::layernorm, ops));
+  CHECK_THROWS(kernels::fp8_amax(bf16_in.raw(), DType::bf16, 256, sums.data<float>(), kernels::compute_stream(),
+                                 kernels::Fp8CastInput::layernorm, 15, ops));
+}
+
 // ------------------------------------------------------------------------------------------------ GEMMs
 
 TEST_CASE("fp8 gemm: fprop dgrad wgrad match a double GEMM on the same codes and scales", "[gpu][fp8]") {
@@ -662,6 +752,128 @@ TEST_CASE("fp8 linear: fp8_linear_gelu equals gelu then fp8_linear on the GPU - 
   Var pv = make_var(upload(pre, {M, H}, DType::bf16), false);
   Var wv = make_var(upload(w, {OC, H}, DType::bf16), false), bv = make_var(upload(b, {OC}, DType::bf16), false);
   CHECK(download(fp8_linear_gelu(pv, wv, bv, fused)->value) == download(fp8_linear(gelu(pv), wv, bv, plain)->value));
+}
+
+TEST_CASE("fp8 linear: fp8_linear_ln equals layernorm then fp8_linear on the GPU - scalings - storages - steps",
+          "[gpu][fp8]") {
+  // Separate, identically configured states; two optimizer steps (delayed scaling then runs on scales
+  // from the history). The second step starts with an existing x gradient (the residual stream's),
+  // which the LayerNorm backward must add to; the first has none (zero-filled). Forward bits, x's and
+  // w's gradients and every recorded statistic must be identical; db, d ln_w and d ln_b come from
+  // atomics whose f32 order varies run to run, so they are compared within reordered-f32-sum
+  // tolerance. M = 272 and C = 208 leave partial tiles.
+  const int64_t M = 272, C = 208, OC = 96;
+  const auto x = round_bf16(randn(M * C, 2.0f)), w = round_bf16(randn(OC * C, 0.05f));
+  const auto lw = round_bf16(randn(C, 1.0f)), lb = round_bf16(randn(C, 0.3f));
+  const auto b = round_bf16(randn(OC, 0.1f)), dy = round_bf16(randn(M * OC, 1e-3f));
+  const auto dx_prior = round_bf16(randn(M * C, 1e-3f));
+  std::vector<double> dy_sum(OC), dy_abs(OC);
+  for (int64_t i = 0; i < M * OC; ++i) {
+    dy_sum[i % OC] += dy[i];
+    dy_abs[i % OC] += std::fabs(dy[i]);
+  }
+  // Elements beyond what reordering a few f32 partial sums can change.
+  auto reordered_mismatches = [](const std::vector<float>& got, const std::vector<float>& ref) {
+    const double floor = 1e-5 * rms(ref);
+    int64_t bad = got.size() == ref.size() ? 0 : -1;
+    for (size_t i = 0; i < got.size() && bad >= 0; ++i)
+      bad += !(std::fabs(double(got[i]) - ref[i]) <= 1e-5 * std::fabs(ref[i]) + floor);
+    return bad;
+  };
+  struct Result {
+    std::vector<float> y, dx, dlw, dlb, dw, db;
+  };
+  for (Fp8Scaling scaling : {Fp8Scaling::delayed, Fp8Scaling::current}) {
+    for (ActivationStorage storage : {ActivationStorage::fp8, ActivationStorage::fp8_all, ActivationStorage::bf16}) {
+      Fp8Config cfg;
+      cfg.scaling = scaling;
+      cfg.activation_storage = storage;
+      Fp8LinearState fused("fused", cfg), plain("plain", cfg);
+      auto run = [&](Fp8LinearState& st, bool fuse, bool prior_dx) {
+        Var xv = make_var(upload(x, {M / 16, 16, C}, DType::bf16), true);
+        if (prior_dx) xv->grad = upload(dx_prior, {M / 16, 16, C}, DType::bf16);
+        Var lwv = make_var(upload(lw, {C}, DType::bf16), true), lbv = make_var(upload(lb, {C}, DType::bf16), true);
+        Var wv = make_var(upload(w, {OC, C}, DType::bf16), true), bv = make_var(upload(b, {OC}, DType::bf16), true);
+        lwv->grad = Tensor::zeros({C}, DType::f32, kGpu, MemCategory::gradients);
+        lbv->grad = Tensor::zeros({C}, DType::f32, kGpu, MemCategory::gradients);
+        wv->grad = Tensor::zeros({OC, C}, DType::f32, kGpu, MemCategory::gradients);
+        bv->grad = Tensor::zeros({OC}, DType::f32, kGpu, MemCategory::gradients);
+        Tape tape;
+        Var y;
+        {
+          TapeScope scope(&tape);
+          y = fuse ? fp8_linear_ln(xv, lwv, lbv, wv, bv, st) : fp8_linear(layernorm(xv, lwv, lbv), wv, bv, st);
+        }
+        grad_of(y).copy_from(upload(dy, {M / 16, 16, OC}, DType::bf16));
+        {
+          TapeScope none(nullptr);
+          tape.run_backward();
+        }
+        CUDA_CHECK(cudaDeviceSynchronize());
+        Result r{y->value.to_float_vector(),   grad_of(xv).to_float_vector(), lwv->grad.to_float_vector(),
+                 lbv->grad.to_float_vector(),  wv->grad.to_float_vector(),    bv->grad.to_float_vector()};
+        st.on_optimizer_step();
+        return r;
+      };
+      for (int step = 0; step < 2; ++step) {
+        INFO("current scaling " << (scaling == Fp8Scaling::current) << " storage " << static_cast<int>(storage)
+                                << " step " << step);
+        const Result f = run(fused, true, step == 1), u = run(plain, false, step == 1);
+        CHECK(f.y == u.y);
+        CHECK(f.dx == u.dx);
+        CHECK(f.dw == u.dw);
+        CHECK(reordered_mismatches(f.dlw, u.dlw) == 0);
+        CHECK(reordered_mismatches(f.dlb, u.dlb) == 0);
+        CHECK(rms(f.dlw) > 0.0);
+        CHECK(colsum_mismatches(f.db, std::vector<float>(OC, 0.0f), dy_sum, dy_abs) == 0);
+        CHECK(colsum_mismatches(u.db, std::vector<float>(OC, 0.0f), dy_sum, dy_abs) == 0);
+        using MetaPair = std::pair<const Fp8TensorMeta*, const Fp8TensorMeta*>;
+        for (auto [mf, mu] : {MetaPair{&fused.input, &plain.input}, MetaPair{&fused.weight, &plain.weight},
+                              MetaPair{&fused.grad_output, &plain.grad_output}}) {
+          CHECK(std::memcmp(&mf->last_amax, &mu->last_amax, sizeof(float)) == 0);
+          CHECK(mf->last_saturated == mu->last_saturated);
+          CHECK(mf->scale == mu->scale);
+          CHECK(mf->history_oldest_first() == mu->history_oldest_first());
+        }
+      }
+      CHECK(fused.input.last_amax > 0.0f);
+    }
+  }
+  // Only the LayerNorm weight needs a gradient (x and the linear frozen): the backward still runs
+  // the LayerNorm backward, with a throwaway x gradient, and d ln_w matches the composition.
+  {
+    Fp8LinearState fused("fused", Fp8Config{}), plain("plain", Fp8Config{});
+    auto run = [&](Fp8LinearState& st, bool fuse) {
+      Var xv = make_var(upload(x, {M, C}, DType::bf16), false);
+      Var lwv = make_var(upload(lw, {C}, DType::bf16), true), lbv = make_var(upload(lb, {C}, DType::bf16), false);
+      Var wv = make_var(upload(w, {OC, C}, DType::bf16), false), bv = make_var(upload(b, {OC}, DType::bf16), false);
+      lwv->grad = Tensor::zeros({C}, DType::f32, kGpu, MemCategory::gradients);
+      Tape tape;
+      Var y;
+      {
+        TapeScope scope(&tape);
+        y = fuse ? fp8_linear_ln(xv, lwv, lbv, wv, bv, st) : fp8_linear(layernorm(xv, lwv, lbv), wv, bv, st);
+      }
+      grad_of(y).copy_from(upload(dy, {M, OC}, DType::bf16));
+      {
+        TapeScope none(nullptr);
+        tape.run_backward();
+      }
+      CUDA_CHECK(cudaDeviceSynchronize());
+      CHECK(!xv->grad.defined());
+      return lwv->grad.to_float_vector();
+    };
+    const auto f = run(fused, true), u = run(plain, false);
+    CHECK(reordered_mismatches(f, u) == 0);
+    CHECK(rms(f) > 0.0);
+  }
+  // Evaluation (no tape): the fused forward casts without a transposed output.
+  Fp8LinearState fused("fused", Fp8Config{}), plain("plain", Fp8Config{});
+  Var xv = make_var(upload(x, {M, C}, DType::bf16), false);
+  Var lwv = make_var(upload(lw, {C}, DType::bf16), false), lbv = make_var(upload(lb, {C}, DType::bf16), false);
+  Var wv = make_var(upload(w, {OC, C}, DType::bf16), false), bv = make_var(upload(b, {OC}, DType::bf16), false);
+  CHECK(download(fp8_linear_ln(xv, lwv, lbv, wv, bv, fused)->value) ==
+        download(fp8_linear(layernorm(xv, lwv, lbv), wv, bv, plain)->value));
 }
 
 TEST_CASE("fp8 linear: CUDA rejects rows that are not a multiple of 16 with an actionable message", "[gpu][fp8]") {
