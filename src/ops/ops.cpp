@@ -45,6 +45,9 @@ Tensor grad_or_scratch(const Var& v, DType scratch_dtype) {
   if (v->requires_grad) return grad_of(v);
   return zeros_like(v->value, scratch_dtype);
 }
+
+// cuda_ops take optional gradients as pointers: null for one that is not wanted (undefined).
+Tensor* or_null(Tensor& t) { return t.defined() ? &t : nullptr; }
 #endif
 
 #ifdef FP8T_HAVE_CUDA
@@ -156,8 +159,7 @@ Var linear(const Var& x, const Var& w, const Var& b) {
           Tensor dx = x->requires_grad ? grad_for_write(x, accumulate).view({M, IC}) : Tensor();
           Tensor dw = w->requires_grad ? grad_of(w) : Tensor();
           Tensor db = b && b->requires_grad ? grad_of(b) : Tensor();
-          cuda_ops::matmul_backward(dx.defined() ? &dx : nullptr, dw.defined() ? &dw : nullptr,
-                                    db.defined() ? &db : nullptr, dout.view({M, OC}), xv.view({M, IC}),
+          cuda_ops::matmul_backward(or_null(dx), or_null(dw), or_null(db), dout.view({M, OC}), xv.view({M, IC}),
                                     w->value, accumulate);
         });
         return;
@@ -173,15 +175,11 @@ Var linear(const Var& x, const Var& w, const Var& b) {
 
 // ---------------------------------------------------------------- GELU MLP
 
-Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2) {
-  const Tensor& xv = x->value;
-  const bool fusable = xv.device().is_cuda() && xv.dtype() == DType::bf16 && b1 && b2 && w1->value.ndim() == 2 &&
-                       w2->value.ndim() == 2 && xv.ndim() >= 1 && xv.dim(-1) == w1->value.dim(1) &&
-                       w2->value.dim(1) == w1->value.dim(0) && xv.dim(-1) % 8 == 0 && w1->value.dim(0) % 8 == 0 &&
-                       w2->value.dim(0) % 8 == 0;
-  if (!fusable) return linear(gelu(linear(x, w1, b1)), w2, b2);
-  Tensor out;
 #ifdef FP8T_HAVE_CUDA
+namespace {
+// gelu_mlp on CUDA in BF16: GELU in the cuBLASLt epilogues (see ops.h).
+Var gelu_mlp_cuda(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2) {
+  const Tensor& xv = x->value;
   for (const Var* p : {&w1, &b1, &w2, &b2}) {
     check_same_dtype("gelu_mlp", xv, (*p)->value);
     check_same_device("gelu_mlp", xv, (*p)->value);
@@ -193,7 +191,7 @@ Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Va
   Tensor h = Tensor::empty({M, H}, DType::bf16, xv.device(), MemCategory::activations);
   Shape oshape = xv.shape();
   oshape.back() = OC;
-  out = Tensor::empty(oshape, DType::bf16, xv.device(), MemCategory::activations);
+  Tensor out = Tensor::empty(oshape, DType::bf16, xv.device(), MemCategory::activations);
   cuda_ops::matmul_forward_gelu(h, pre, xv.view({M, IC}), w1->value, b1->value);
   Tensor out2 = out.view({M, OC});
   cuda_ops::matmul_forward(out2, h, w2->value, &b2->value);
@@ -205,8 +203,7 @@ Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Va
       Tensor dw2 = w2->requires_grad ? grad_of(w2) : Tensor();
       Tensor db2 = b2->requires_grad ? grad_of(b2) : Tensor();
       if (dw2.defined() || db2.defined())
-        cuda_ops::matmul_backward(nullptr, dw2.defined() ? &dw2 : nullptr, db2.defined() ? &db2 : nullptr, dout, h,
-                                  w2->value);
+        cuda_ops::matmul_backward(nullptr, or_null(dw2), or_null(db2), dout, h, w2->value);
       // (needs_grad() is false here: the tape does not record during backward.)
       if (!x->requires_grad && !w1->requires_grad && !b1->requires_grad) return;
       const Tensor& xv = value_of(x);  // x may have been released for recompute
@@ -217,15 +214,25 @@ Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Va
       Tensor dx = x->requires_grad ? grad_for_write(x, accumulate).view({M, IC}) : Tensor();
       Tensor dw1 = w1->requires_grad ? grad_of(w1) : Tensor();
       Tensor db1 = b1->requires_grad ? grad_of(b1) : Tensor();
-      cuda_ops::matmul_backward(dx.defined() ? &dx : nullptr, dw1.defined() ? &dw1 : nullptr,
-                                db1.defined() ? &db1 : nullptr, dpre, xv.view({M, IC}), w1->value, accumulate);
+      cuda_ops::matmul_backward(or_null(dx), or_null(dw1), or_null(db1), dpre, xv.view({M, IC}), w1->value,
+                                accumulate);
     });
   }
   return y;
-#else
-  FP8T_FAIL("gelu_mlp: tensor is on a CUDA device but this build has no CUDA (reconfigure with -DFP8T_CUDA=ON)");
-  return make_output(std::move(out));
+}
+}  // namespace
 #endif
+
+Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2) {
+#ifdef FP8T_HAVE_CUDA
+  const Tensor& xv = x->value;
+  const bool fusable = xv.device().is_cuda() && xv.dtype() == DType::bf16 && b1 && b2 && w1->value.ndim() == 2 &&
+                       w2->value.ndim() == 2 && xv.ndim() >= 1 && xv.dim(-1) == w1->value.dim(1) &&
+                       w2->value.dim(1) == w1->value.dim(0) && xv.dim(-1) % 8 == 0 && w1->value.dim(0) % 8 == 0 &&
+                       w2->value.dim(0) % 8 == 0;
+  if (fusable) return gelu_mlp_cuda(x, w1, b1, w2, b2);
+#endif
+  return linear(gelu(linear(x, w1, b1)), w2, b2);
 }
 
 // ---------------------------------------------------------------- layernorm
@@ -508,7 +515,7 @@ Var lm_head_loss(const Var& h, const Var& w, const Tensor& targets, int64_t voca
       // d(logits) in place, then d(h) for these rows (overwritten) and d(w) (accumulated).
       cuda_ops::crossentropy_backward(logits, logits, lse, tc, one, grad_scale / static_cast<float>(BT), V);
       Tensor dhc = dh.slice_flat(r0 * C, {rows, C});
-      cuda_ops::matmul_backward(h->requires_grad ? &dhc : nullptr, dw.defined() ? &dw : nullptr, nullptr, logits, hc,
+      cuda_ops::matmul_backward(h->requires_grad ? &dhc : nullptr, or_null(dw), nullptr, logits, hc,
                                 wv, /*accumulate_dinp=*/false);
     }
     loss = Tensor::empty({1}, DType::f32, dev, MemCategory::activations);
