@@ -2,7 +2,7 @@
 # One GPU-machine session: build, GPU tests, a GPU training smoke run, and side-by-side benchmarks.
 # Usage (on the GPU machine, repo root): scripts/gpu_session.sh [MODEL:B:PRECS ...], e.g. d12:32:bf16,fp8 d48:16:bf16
 # Environment: SKIP_TESTS=1, PARITY=1 (loss parity runs), PLAN=1 (memory plans), ATTN=1 (attention bench),
-# STEPS (benchmark steps, default 30), PEER_MODE (default compile).
+# STEPS (benchmark steps, default 30), PEER_MODE (default compile), BUDGET (seconds for the whole script, default 560).
 # Logs go to $OUT (or ./gpu-out). Keeps NCCL_NVLS_ENABLE=0.
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -45,7 +45,8 @@ fi
 # Benchmarks: each argument is MODEL:B:PRECISIONS, e.g. d12:32:bf16,fp8 (variants: bf16+ln, fp8+all)
 for spec in "$@"; do
   IFS=: read -r model b precs <<< "$spec"
-  OUTDIR=runs/bench timeout 540 bash scripts/bench/gpt2_vs_torch.sh "$model" "$b" "${STEPS:-30}" "${precs//,/ }" \
+  left=$(( ${BUDGET:-560} - ($(date +%s) - t0) )); [ "$left" -lt 60 ] && { echo "skip $spec: ${left}s left"; continue; }
+  OUTDIR=runs/bench timeout "$left" bash scripts/bench/gpt2_vs_torch.sh "$model" "$b" "${STEPS:-30}" "${precs//,/ }" \
     "${PEER_MODE:-compile}" 2>&1 | tee -a "$OUT/bench.txt"
 done
 echo "total: $(( $(date +%s) - t0 )) s"
