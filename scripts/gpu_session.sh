@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU-machine session: build, GPU tests, a GPU training smoke run, and side-by-side benchmarks.
 # Usage (on the GPU machine, repo root): scripts/gpu_session.sh [MODEL:B:PRECS ...], e.g. d12:32:bf16,fp8 d48:16:bf16
-# Environment: SKIP_TESTS=1, PARITY=1 (loss parity runs), PLAN=1 (memory plans), ATTN=1 (attention bench),
+# Environment: SKIP_TESTS=1, PARITY=1 (loss parity runs), PLAN=1 (memory plans), FIT=1 (run the largest
+# micro-batch the plans found), ATTN=1 (attention bench),
 # STEPS (benchmark steps, default 30), PEER_MODE (default compile), BUDGET (seconds for the whole script, default 560).
 # Logs go to $OUT (or ./gpu-out). Keeps NCCL_NVLS_ENABLE=0.
 set -uo pipefail
@@ -14,7 +15,7 @@ cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Releas
   && cmake --build build-gpu -j16 > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log" "$OUT/cmake.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  ctest --test-dir build-gpu -L gpu --output-on-failure > "$OUT/gpu_tests.log" 2>&1
+  ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 300 > "$OUT/gpu_tests.log" 2>&1
   grep -E "tests passed|FAILED|Failed|assertions" "$OUT/gpu_tests.log" | tail -15
 fi
 # Loss parity (PARITY=1): the default job's model (head size 64) in BF16 on the GPU for 200 steps, to
@@ -36,7 +37,20 @@ if [ "${PLAN:-0}" = 1 ]; then
   for args in "configs/gpt2-124m-bf16.yaml" "configs/gpt2-124m-fp8.yaml" \
               "configs/gpt2-124m-fp8.yaml --set precision.fp8.activation_storage=fp8_all"; do
     echo "== plan $args" | tee -a "$OUT/plan.txt"
-    build-gpu/fp8train plan --config $args 2>&1 | tail -4 | tee -a "$OUT/plan.txt"
+    build-gpu/fp8train plan --config $args 2>&1 | tail -5 | tee -a "$OUT/plan.txt"
+  done
+fi
+# Largest micro-batch check (FIT=1, after PLAN=1): two steps of GPT-2 124M at the micro-batch the
+# plan says is the largest that fits, BF16 and FP8 with fp8_all storage, with their peak memory.
+if [ "${FIT:-0}" = 1 ]; then
+  for args in "configs/gpt2-124m-bf16.yaml" "configs/gpt2-124m-fp8.yaml --set precision.fp8.activation_storage=fp8_all"; do
+    b=$(grep -A6 "== plan $args\$" "$OUT/plan.txt" | grep -o "largest micro_batch that fits: [0-9]*" | grep -o "[0-9]*$" | head -1)
+    [ -n "$b" ] || { echo "FIT: no plan for $args"; continue; }
+    rm -rf runs/fit
+    echo "== fit $args at micro_batch $b" | tee -a "$OUT/fit.txt"
+    build-gpu/fp8train train --config $args --set train.micro_batch=$b --set train.total_batch_tokens=0 \
+      --set train.max_steps=2 --set train.eval_every=0 --set train.checkpoint_every=-1 --set 'data.val=""' \
+      --set run.out_dir=runs/fit 2>&1 | grep -E "step|rror|memory" | tail -4 | tee -a "$OUT/fit.txt"
   done
 fi
 # Attention kernels alone (ATTN=1): the [.bench] throughput case against the CPU-checked kernels.

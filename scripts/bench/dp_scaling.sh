@@ -9,7 +9,7 @@ BIN=${FP8T_BIN:-build/fp8train}
 export NCCL_NVLS_ENABLE=0
 mkdir -p runs/dp
 COMMON=(--config "$CFG" --set train.micro_batch="$B" --set train.total_batch_tokens=0 --set train.max_steps="$STEPS"
-        --set 'data.val=""' --set run.log_every=10 --set train.checkpoint_every=1000000 --set distributed.timeout_s=120)
+        --set 'data.val=""' --set run.log_every=10 --set train.checkpoint_every=-1 --set distributed.timeout_s=120)
 timeout 180 "$BIN" train "${COMMON[@]}" --set run.out_dir=runs/dp/one > runs/dp-one.log 2>&1 || tail -5 runs/dp-one.log
 for z in 0 1 2; do
   timeout 180 mpirun -np "$N" --allow-run-as-root -x NCCL_NVLS_ENABLE=0 "$BIN" train "${COMMON[@]}" \

@@ -22,16 +22,18 @@ mkdir -p "$OUTDIR"
 rows=()
 for PREC in $PRECS; do
   # A precision may carry variants: bf16+ln (train.recompute layernorm), fp8+all (FP8 storage of
-  # attention's qkv and the GELU input too), combinable (fp8+all+ln).
+  # attention's qkv and the GELU input too), +tune / +notune (run.gemm_autotune), combinable (fp8+all+ln).
   BASE=${PREC%%+*}
   VARIANT=(--set train.recompute=none)
   [[ $PREC == *+ln* ]] && VARIANT=(--set train.recompute=layernorm)
   [[ $PREC == *+all* ]] && VARIANT+=(--set precision.fp8.activation_storage=fp8_all)
+  [[ $PREC == *+tune* ]] && VARIANT+=(--set run.gemm_autotune=true)
+  [[ $PREC == *+notune* ]] && VARIANT+=(--set run.gemm_autotune=false)
   RUN="$OUTDIR/$MODEL-$PREC-b$B"
   rm -rf "$RUN"
   "$BIN" train --config "configs/$NAME-$BASE.yaml" --set run.out_dir="$RUN" --set train.micro_batch="$B" \
     --set train.total_batch_tokens=0 --set train.max_steps="$STEPS" --set train.eval_every=0 \
-    --set train.checkpoint_every=1000000 --set 'data.val=""' --set run.log_every=10 "${VARIANT[@]}" \
+    --set train.checkpoint_every=-1 --set 'data.val=""' --set run.log_every=10 "${VARIANT[@]}" \
     > "$RUN.log" 2>&1 || { echo "fp8train $PREC failed:"; tail -20 "$RUN.log"; continue; }
   rows+=("$PREC $(python3 - "$RUN/metrics.jsonl" "$STEPS" <<'PY'
 import json, sys

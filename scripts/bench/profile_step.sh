@@ -12,7 +12,7 @@ rm -rf "runs/profile-$name"
 # One micro-step per optimizer step, two steps; the second is the one summarised (first has warm-up).
 ncu --csv --print-units base --metrics gpu__time_duration.sum --clock-control none --cache-control none \
   "$BIN" train --config "$cfg" --set train.micro_batch="$b" --set train.total_batch_tokens=$((b * T)) \
-  --set train.max_steps=2 --set train.eval_every=1000000 --set train.checkpoint_every=1000000 \
+  --set train.max_steps=2 --set train.eval_every=1000000 --set train.checkpoint_every=-1 \
   --set run.out_dir="runs/profile-$name" "$@" > "$OUT/ncu-$name.csv" 2> "$OUT/ncu-$name.err" || {
   tail -20 "$OUT/ncu-$name.err"; exit 1; }
 python3 "$(dirname "$0")/ncu_summary.py" "$OUT/ncu-$name.csv" | tee "$OUT/profile-$name.txt"

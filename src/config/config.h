@@ -15,6 +15,7 @@ struct RunConfig {
   uint64_t seed = 1337;              // parameter init and data order
   Device device = Device::cpu();     // "cpu" or "cuda" (the local rank picks the GPU index)
   int log_every = 1;                 // console/log line every N steps (metrics.jsonl gets every step)
+  bool gemm_autotune = false;        // CUDA: time cuBLASLt's candidate algorithms per GEMM shape, keep the fastest
 };
 
 struct ModelConfig {
@@ -44,7 +45,7 @@ struct TrainConfig {
   int max_steps = 100;             // optimizer steps
   int eval_every = 0;              // 0 = evaluate only before the first and after the last step
   int eval_steps = 10;             // validation micro-batches per evaluation
-  int checkpoint_every = 0;        // 0 = only at the end
+  int checkpoint_every = 0;        // 0 = only at the end; -1 = never (benchmarks)
   Recompute recompute = Recompute::none;  // see Recompute
   bool skip_nonfinite_steps = false;      // skip an optimizer step with NaN/Inf instead of stopping
 };

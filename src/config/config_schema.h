@@ -72,6 +72,7 @@ void visit_fields(C& c, V& v) {
   v("run.seed", r.seed);
   v("run.device", r.device);
   v("run.log_every", r.log_every, at_least(1));
+  v("run.gemm_autotune", r.gemm_autotune);
   auto& m = c.model;
   v("model.arch", m.arch, Choices(kArchNames));
   v("model.n_layer", m.n_layer, at_least(1));
@@ -87,7 +88,7 @@ void visit_fields(C& c, V& v) {
   v("train.max_steps", t.max_steps, at_least(1));
   v("train.eval_every", t.eval_every, at_least(0));
   v("train.eval_steps", t.eval_steps, at_least(1));
-  v("train.checkpoint_every", t.checkpoint_every, at_least(0));
+  v("train.checkpoint_every", t.checkpoint_every, at_least(-1));
   v("train.recompute", t.recompute);
   v("train.skip_nonfinite_steps", t.skip_nonfinite_steps);
   auto& o = c.optim;

@@ -287,11 +287,17 @@ Var GPT::loss(const Tensor& tokens, const Tensor& targets, bool recompute, float
   if (fp8_head_) return cross_entropy(logits(tokens, recompute), targets, cfg_.vocab_size);
   // The head and the loss a chunk of tokens at a time: the (B, T, Vp) logits (e.g. 3.3 GB at
   // B = 32, T = 1024 in BF16) never exist at once.
-  constexpr int64_t kChunkBytes = int64_t{256} << 20;
-  const Var& wte = params_->var("wte");
-  const int64_t row_bytes = wte->value.dim(0) * static_cast<int64_t>(dtype_size(wte->value.dtype()));
-  const int64_t chunk_rows = std::max<int64_t>(64, kChunkBytes / row_bytes / 64 * 64);
-  return lm_head_loss(hidden(tokens, recompute), wte, targets, cfg_.vocab_size, chunk_rows, grad_scale);
+  return lm_head_loss(hidden(tokens, recompute), params_->var("wte"), targets, cfg_.vocab_size, head_chunk_rows(),
+                      grad_scale);
+}
+
+int64_t GPT::head_chunk_rows() const {
+  if (fp8_head_) return 0;
+  // 256 MiB of logits per chunk, at most 4,096 tokens (past that a chunk's GEMMs gain nothing).
+  constexpr int64_t kChunkBytes = int64_t{256} << 20, kMaxRows = 4096;
+  const Tensor& wte = params_->var("wte")->value;
+  const int64_t row_bytes = wte.dim(0) * static_cast<int64_t>(dtype_size(wte.dtype()));
+  return std::clamp<int64_t>(kChunkBytes / row_bytes / 64 * 64, 64, kMaxRows);
 }
 
 int64_t GPT::num_parameters() const {

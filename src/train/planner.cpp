@@ -52,19 +52,25 @@ MemoryPlan plan_memory(const Config& cfg, int world) {
   const int64_t shard = P.padded_numel() / world;
   AdamW optim(cfg.optim, P, 0, cfg.distributed.zero_stage >= 1 ? shard : P.padded_numel());
 
-  (void)measure(model, cfg, 1);  // first touch: FP8 weight caches, GEMM workspace
+  // The two micro-batches must both fill at least one chunk of the head and loss: below that the
+  // chunk of logits grows with the micro-batch, above it stays one chunk (a fixed cost), and a line
+  // through two points under it would charge every sequence its whole logits.
+  const int T = cfg.model.seq_len;
+  const int b1 = static_cast<int>(std::max<int64_t>(1, (model.head_chunk_rows() + T - 1) / T)), b2 = b1 + 1;
+  (void)measure(model, cfg, b1);  // first touch: FP8 weight caches, GEMM workspace
   int64_t saved1 = 0, saved2 = 0;
-  const MemoryStats m1 = measure(model, cfg, 1, &saved1), m2 = measure(model, cfg, 2, &saved2);
+  const MemoryStats m1 = measure(model, cfg, b1, &saved1), m2 = measure(model, cfg, b2, &saved2);
   MemoryPlan plan;
   plan.saved_per_sample = static_cast<double>(saved2 - saved1);
+  plan.measured = {b1, b2};
   plan.world = world;
   plan.micro_batch = cfg.train.micro_batch;
   for (size_t i = 0; i < kNumMemCategories; ++i) {
     plan.per_sample[i] = std::max<double>(0.0, static_cast<double>(m2.peak[i] - m1.peak[i]));
-    plan.fixed[i] = static_cast<double>(m1.peak[i]) - plan.per_sample[i];
+    plan.fixed[i] = static_cast<double>(m1.peak[i]) - plan.per_sample[i] * b1;
   }
   plan.total_per_sample = std::max<double>(0.0, static_cast<double>(m2.total_peak - m1.total_peak));
-  plan.total_fixed = static_cast<double>(m1.total_peak) - plan.total_per_sample;
+  plan.total_fixed = static_cast<double>(m1.total_peak) - plan.total_per_sample * b1;
   plan.capacity = allocator_for(cfg.run.device).capacity();
   const double room = plan.capacity * plan.headroom - plan.total_fixed;
   plan.max_micro_batch = room <= 0 ? 0
@@ -87,6 +93,7 @@ std::string MemoryPlan::table() const {
   s += fmt::format("saved for backward: {} per sequence, {} at micro_batch {}\n",
                    format_bytes(std::llround(saved_per_sample)), format_bytes(std::llround(saved_per_sample * micro_batch)),
                    micro_batch);
+  s += fmt::format("(a line through micro-batches {} and {}, measured)\n", measured[0], measured[1]);
   s += fmt::format("device capacity {} (planning to {:.0f}%): largest micro_batch that fits: {}{}\n",
                    format_bytes(capacity), headroom * 100, max_micro_batch,
                    peak(micro_batch) > capacity * headroom ? fmt::format(" — the configured {} does NOT fit", micro_batch)

@@ -20,6 +20,7 @@ struct MemoryPlan {
   int64_t capacity = 0;                               // device bytes
   double headroom = 0.95;                             // fraction of capacity a plan may use
   int max_micro_batch = 0;                            // largest that fits (0: not even one)
+  std::array<int, 2> measured{};                      // the two micro-batches measured
 
   double peak(int b) const { return total_fixed + total_per_sample * b; }
   double category(MemCategory c, int b) const {
@@ -29,7 +30,8 @@ struct MemoryPlan {
   std::string table() const;  // human-readable report
 };
 
-// Runs two forward/backward micro-steps (micro-batches 1 and 2) with `world` ranks' worth of ZeRO
+// Runs two forward/backward micro-steps (micro-batches b and b + 1, b the smallest whose tokens fill
+// one chunk of the head and loss) with `world` ranks' worth of ZeRO
 // sharding applied to the optimizer state. Throws with the usual OOM report if even those fail.
 MemoryPlan plan_memory(const Config& cfg, int world);
 

@@ -17,6 +17,10 @@
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 
+#ifdef FP8T_HAVE_CUDA
+#include "kernels/matmul.cuh"
+#endif
+
 namespace fp8t {
 
 namespace fs = std::filesystem;
@@ -69,6 +73,9 @@ class Trainer {
                tokens_per_micro, std::max<int64_t>(1, total / tokens_per_micro) * tokens_per_micro);
     accum_ = static_cast<int>(total / tokens_per_micro);
     tokens_per_step_ = total;
+#ifdef FP8T_HAVE_CUDA
+    kernels::set_matmul_autotune(cfg.run.gemm_autotune);
+#endif
 
     fs::create_directories(run_dir_);
     log_ = make_run_logger(run_dir_, comm.rank());
@@ -117,7 +124,8 @@ class Trainer {
       if (last || (cfg_.train.eval_every > 0 && step_ % cfg_.train.eval_every == 0)) val = evaluate();
       report(result.last_train_loss, val, eta);
       if (std::isfinite(val)) result.last_val_loss = val;
-      if (last || (cfg_.train.checkpoint_every > 0 && step_ % cfg_.train.checkpoint_every == 0)) save();
+      const int every = cfg_.train.checkpoint_every;
+      if ((last && every >= 0) || (every > 0 && step_ % every == 0)) save();
     }
     result.steps = step_;
     if (first_step == step_) result.last_val_loss = result.first_val_loss;

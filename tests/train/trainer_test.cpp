@@ -105,3 +105,21 @@ TEST_CASE("train: a small GPT learns - writes its run directory and resumes exac
   CHECK(latest_checkpoint(run) == run / "checkpoints" / "step_00000060");
   fs::remove_all(root);
 }
+
+TEST_CASE("train: checkpoint_every -1 writes no checkpoint at all", "[train]") {
+  const fs::path root = fs::temp_directory_path() / fmt::format("fp8t_trainer_nockpt_{}", ::getpid());
+  fs::remove_all(root);
+  write_synthetic(root / "data");
+  auto comm = make_single_communicator();
+  Config cfg = tiny_config(root, "nockpt");
+  cfg.train.max_steps = 3;
+  cfg.train.checkpoint_every = -1;
+  CHECK(train(cfg, *comm).steps == 3);
+  CHECK(fs::exists(root / "nockpt" / "metrics.jsonl"));
+  CHECK_FALSE(fs::exists(root / "nockpt" / "checkpoints" / "step_00000003"));
+  cfg.train.checkpoint_every = 0;  // only the last step
+  cfg.run.out_dir = (root / "final").string();
+  CHECK(train(cfg, *comm).steps == 3);
+  CHECK(fs::exists(root / "final" / "checkpoints" / "step_00000003"));
+  fs::remove_all(root);
+}
