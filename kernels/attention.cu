@@ -7,6 +7,7 @@
 // warp owning 16 keys and their dK, dV in registers over query blocks diagonal..end; on deep grids, blocks of
 // the same heads run together so that their Q, dO and dQ rows stay in L2; dQ goes to an f32 scratch through
 // atomics and a last pass adds scale * dQ into dqkv.
+#include "core/launch_limits.h"
 #include "kernels/attention.cuh"
 #include "kernels/cuda_common.cuh"
 
@@ -521,6 +522,8 @@ void check_sizes(const char* what, const void* qkv, int B, int T, int NH, int HS
   FP8T_CHECK(aligned16(qkv), "{}: qkv must be 16-byte aligned", what);
   FP8T_CHECK(int64_t{B} * NH <= 0x7fffffff && ceil_div(T, kFwdRows) <= 65535, "{}: grid too large (B={} NH={} T={})", what, B,
              NH, T);
+  // The kernels take C = NH * HS and offsets up to 3 C within a row as int.
+  checked_int(3 * int64_t{NH} * HS, what, "the qkv row length 3 * NH * HS");
 }
 
 template <int HS>
@@ -550,7 +553,9 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
   }();
   const int64_t BT = int64_t{B} * T, C = int64_t{NH} * HS, n_chunks = BT * C / 8;
   const float scale = 1.0f / sqrtf(float(HS));
-  attention_delta_kernel<HS><<<ceil_div(n_chunks, 256), 256, 0, stream>>>(delta, dq_accum, dout, out, n_chunks, T, NH);
+  const unsigned delta_blocks = checked_grid(ceil_div64(n_chunks, 256), kMaxGridX, "attention_backward",
+                                             "B*T*C / 8 chunks of dout (256 per block)");
+  attention_delta_kernel<HS><<<delta_blocks, 256, 0, stream>>>(delta, dq_accum, dout, out, n_chunks, T, NH);
   CUDA_CHECK_LAUNCH();
   const int BH = B * NH, n_kb = ceil_div(T, KEYS);
   attention_backward_kernel<HS><<<BH * n_kb, kThreads, bytes, stream>>>(dqkv, dq_accum, delta, dout, qkv, lse, BH, T,

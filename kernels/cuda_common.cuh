@@ -12,6 +12,8 @@ namespace fp8t::kernels {
 
 using bf16 = __nv_bfloat16;
 
+// ceil(a / b) as int: for tile counts of one dimension. A block count that may not fit in int (from
+// an element count, or past a grid limit) goes through ceil_div64 and checked_grid (core/launch_limits.h).
 constexpr int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/launch_limits.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/fp8_cast.cuh"
 #include "kernels/gelu_math.cuh"
@@ -394,7 +395,10 @@ __global__ void scale_from_amax_kernel(const float* amax_ptr, float fmax, int ma
   *scale_inv = __fdiv_rn(1.0f, s);
 }
 
-int grid_for(int64_t work_items) { return static_cast<int>(std::clamp<int64_t>(ceil_div(work_items, kThreads), 1, 4096)); }
+// The block count in 64 bits before the clamp (ceil_div's int would wrap from 2^39 work items on).
+int grid_for(int64_t work_items) {
+  return static_cast<int>(std::clamp<int64_t>(ceil_div64(work_items, kThreads), 1, 4096));
+}
 
 // Enough blocks for one pass over `items` at `per_block` each, capped (the kernels loop past the cap).
 int blocks_for(int64_t items, int64_t per_block) {
@@ -411,9 +415,9 @@ void launch_cast(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t*
                  Fp8CastOutputs stats, Fp8CastInput input, const Fp8CastLayerNorm& ln, cudaStream_t stream) {
   constexpr auto as_is = Fp8CastInput::as_is, gelu = Fp8CastInput::gelu, layernorm = Fp8CastInput::layernorm;
   if (out_t || stats.colsum || input != as_is) {
-    FP8T_CHECK(ceil_div(rows, kTileRows) <= 65535, "fp8_cast: {} rows exceed the tiled grid (max {})", rows,
-               int64_t{65535} * kTileRows);
-    const dim3 grid(ceil_div(cols, kTileCols), ceil_div(rows, kTileRows));
+    // (column tiles, row tiles): gridDim.y caps rows at 65535 * 128 = 8388480.
+    const dim3 grid(checked_grid(ceil_div64(cols, kTileCols), kMaxGridX, "fp8_cast (tiled)", "cols (64 per tile)"),
+                    checked_grid(ceil_div64(rows, kTileRows), kMaxGridYZ, "fp8_cast (tiled)", "rows (128 per tile)"));
     const bool vec = cols % 8 == 0 && aligned16(in) && (!out || aligned8(out));
     const bool vec_t = rows % 16 == 0 && aligned16(out_t);
     auto kernel = stats.colsum ? (vec ? cast_transpose_kernel<F, T, true, true, as_is>
@@ -507,7 +511,7 @@ void fp8_dequantize(const uint8_t* codes, Fp8Format format, int64_t n, const flo
   FP8T_CHECK(n > 0 && codes && scale_inv && out, "fp8_dequantize: bad arguments n={}", n);
   const bool vec = n % 8 == 0 && (reinterpret_cast<uintptr_t>(codes) & 7u) == 0 && aligned16(out);
   const int64_t work = vec ? n / 8 : n;
-  const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(work, kThreads), 132 * 16));
+  const int blocks = static_cast<int>(std::min<int64_t>(ceil_div64(work, kThreads), 132 * 16));
   auto launch = [&](auto kernel) { kernel<<<blocks, kThreads, 0, stream>>>(codes, n, scale_inv, out); };
   if (format == Fp8Format::e4m3)
     vec ? launch(dequantize_kernel<Fp8Format::e4m3, true>) : launch(dequantize_kernel<Fp8Format::e4m3, false>);

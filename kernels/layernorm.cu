@@ -1,6 +1,7 @@
 // LayerNorm: one warp per row for the forward pass and for dinp, 16-byte loads where rows allow; dw/db are column sums over row
 // chunks, reduced in shared memory and added with one atomic per column per chunk. The statistics alone
 // (layernorm_stats) for the FP8 cast that applies the normalization itself (kernels/fp8_cast.cuh).
+#include "core/launch_limits.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/layernorm_math.cuh"
@@ -199,6 +200,11 @@ __global__ void layernorm_backward_dwdb_kernel(float* dw, float* db, const bf16*
   }
 }
 
+// The grid for N rows, kRowsPerBlock per block: the kernels index rows in 64 bits, the grid must fit.
+unsigned row_blocks(int64_t N, const char* op) {
+  return checked_grid(ceil_div64(N, kRowsPerBlock), kMaxGridX, op, "N rows (8 per block)");
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------
@@ -208,7 +214,8 @@ void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, con
                        int C, cudaStream_t stream) {
   FP8T_CHECK(N > 0 && C > 0, "layernorm_forward: bad sizes N={} C={}", N, C);
   const bool vec = C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b);
-  const int blocks = ceil_div(N, kRowsPerBlock), threads = 32 * kRowsPerBlock;
+  const unsigned blocks = row_blocks(N, "layernorm_forward");
+  const int threads = 32 * kRowsPerBlock;
   if (vec)
     layernorm_forward_kernel<true><<<blocks, threads, 0, stream>>>(out, mean, rstd, inp, w, b, N, C);
   else
@@ -221,7 +228,8 @@ void layernorm_stats(float* mean, float* rstd, const bf16* inp, int64_t N, int C
   // The vector path reads a row exactly as layernorm_forward's does (same chunks, same order), so
   // choosing it by inp's alignment alone gives the same statistics as the forward's choice.
   const bool vec = C % 8 == 0 && aligned16(inp);
-  const int blocks = ceil_div(N, kRowsPerBlock), threads = 32 * kRowsPerBlock;
+  const unsigned blocks = row_blocks(N, "layernorm_stats");
+  const int threads = 32 * kRowsPerBlock;
   if (vec)
     layernorm_stats_kernel<true><<<blocks, threads, 0, stream>>>(mean, rstd, inp, N, C);
   else
@@ -233,13 +241,14 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
                         const float* mean, const float* rstd, int64_t N, int C, cudaStream_t stream) {
   FP8T_CHECK(N > 0 && C > 0, "layernorm_backward: bad sizes N={} C={}", N, C);
   const bool vec = C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
-  const int blocks = ceil_div(N, kRowsPerBlock), threads = 32 * kRowsPerBlock;
+  const unsigned blocks = row_blocks(N, "layernorm_backward");
+  const int threads = 32 * kRowsPerBlock;
   if (vec)
     layernorm_backward_dinp_kernel<true><<<blocks, threads, 0, stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
   else
     layernorm_backward_dinp_kernel<false><<<blocks, threads, 0, stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
   CUDA_CHECK_LAUNCH();
-  const int row_chunks = std::clamp(ceil_div(N, 64), 1, 512);
+  const int row_chunks = static_cast<int>(std::clamp<int64_t>(ceil_div64(N, 64), 1, 512));
   if (C % 8 == 0 && aligned16(dout) && aligned16(inp))
     layernorm_backward_dwdb_kernel<true>
         <<<dim3(ceil_div(C, 256), row_chunks), dim3(32, 8), 0, stream>>>(dw, db, dout, inp, mean, rstd, N, C);

@@ -3,6 +3,7 @@
 #ifdef FP8T_HAVE_CUDA
 #include "ops/cuda_ops.h"
 
+#include "core/launch_limits.h"
 #include "kernels/attention.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/elementwise.cuh"
@@ -38,10 +39,8 @@ void expect_numel(const Tensor& t, int64_t n, const char* op, const char* name) 
   FP8T_CHECK(t.numel() == n, "{}: {} has {} elements ({}), expected {}", op, name, t.numel(), shape_str(t.shape()), n);
 }
 
-int to_int(int64_t v, const char* op) {
-  FP8T_CHECK(v >= 0 && v <= 0x7fffffff, "{}: size {} exceeds the 32-bit range of the kernels", op, v);
-  return static_cast<int>(v);
-}
+// A single dimension the kernels take as int (their offsets are 64-bit: only each dimension must fit).
+int to_int(int64_t v, const char* op, const char* what) { return checked_int(v, op, what); }
 
 // Leading dimensions flattened: (..., last) -> rows.
 int64_t rows_of(const Tensor& t) { return t.ndim() == 0 ? 1 : t.numel() / std::max<int64_t>(t.dim(-1), 1); }
@@ -83,8 +82,8 @@ void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, con
   const int64_t B = tokens.dim(0), T = tokens.dim(1), C = wte.dim(1);
   FP8T_CHECK(wpe.dim(1) == C && wpe.dim(0) >= T, "{}: wpe {} does not cover T={} with C={}", op, wpe.str(), T, C);
   expect_shape(out, {B, T, C}, op, "out");
-  k::embedding_forward(out.data<bf16>(), tokens.data<int32_t>(), wte.data<bf16>(), wpe.data<bf16>(), to_int(B, op),
-                       to_int(T, op), to_int(C, op), k::compute_stream());
+  k::embedding_forward(out.data<bf16>(), tokens.data<int32_t>(), wte.data<bf16>(), wpe.data<bf16>(), to_int(B, op, "B"),
+                       to_int(T, op, "T"), to_int(C, op, "C"), k::compute_stream());
 }
 
 void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
@@ -98,8 +97,8 @@ void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Te
   const int64_t B = tokens.dim(0), T = tokens.dim(1), C = dwte.dim(1);
   FP8T_CHECK(dwpe.dim(1) == C && dwpe.dim(0) >= T, "{}: dwpe {} does not cover T={} with C={}", op, dwpe.str(), T, C);
   expect_shape(dout, {B, T, C}, op, "dout");
-  k::embedding_backward(dwte.data<float>(), dwpe.data<float>(), dout.data<bf16>(), tokens.data<int32_t>(), to_int(B, op),
-                        to_int(T, op), to_int(C, op), k::compute_stream());
+  k::embedding_backward(dwte.data<float>(), dwpe.data<float>(), dout.data<bf16>(), tokens.data<int32_t>(),
+                        to_int(B, op, "B"), to_int(T, op, "T"), to_int(C, op, "C"), k::compute_stream());
 }
 
 void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias) {
@@ -116,7 +115,7 @@ void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const 
     expect_numel(*bias, N, op, "bias");
   }
   k::matmul_forward(out.raw(), out.dtype(), inp.data<bf16>(), weight.data<bf16>(), bias ? bias->raw() : nullptr,
-                    to_int(M, op), to_int(K, op), to_int(N, op), k::compute_stream());
+                    to_int(M, op, "M"), to_int(K, op, "K"), to_int(N, op, "N"), k::compute_stream());
 }
 
 void matmul_forward_gelu(Tensor& out, Tensor& pre, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
@@ -133,7 +132,7 @@ void matmul_forward_gelu(Tensor& out, Tensor& pre, const Tensor& inp, const Tens
   expect_numel(pre, M * N, op, "pre");
   expect_numel(bias, N, op, "bias");
   k::matmul_forward_gelu(out.data<bf16>(), pre.data<bf16>(), inp.data<bf16>(), weight.data<bf16>(), bias.data<bf16>(),
-                         to_int(M, op), to_int(K, op), to_int(N, op), k::compute_stream());
+                         to_int(M, op, "M"), to_int(K, op, "K"), to_int(N, op, "N"), k::compute_stream());
 }
 
 void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weight, const Tensor& pre) {
@@ -147,7 +146,7 @@ void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weigh
   expect_numel(dpre, M * K, op, "dpre");
   expect_numel(pre, M * K, op, "pre");
   k::matmul_backward_input_dgelu(dpre.data<bf16>(), dout.data<bf16>(), weight.data<bf16>(), pre.data<bf16>(),
-                                 to_int(M, op), to_int(K, op), to_int(N, op), k::compute_stream());
+                                 to_int(M, op, "M"), to_int(K, op, "K"), to_int(N, op, "N"), k::compute_stream());
 }
 
 void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
@@ -163,8 +162,8 @@ void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor&
   if (dinp) {
     expect(*dinp, DType::bf16, op, "dinp");
     expect_numel(*dinp, M * K, op, "dinp");
-    k::matmul_backward_input(dinp->data<bf16>(), dout.data<bf16>(), weight.data<bf16>(), to_int(M, op), to_int(K, op),
-                             to_int(N, op), accumulate_dinp, s);
+    k::matmul_backward_input(dinp->data<bf16>(), dout.data<bf16>(), weight.data<bf16>(), to_int(M, op, "M"),
+                             to_int(K, op, "K"), to_int(N, op, "N"), accumulate_dinp, s);
   }
   if (dbias) {
     expect(*dbias, DType::f32, op, "dbias");
@@ -177,14 +176,14 @@ void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor&
     // The bias gradient comes out of the weight-gradient GEMM's epilogue where cuBLASLt can do that.
     if (dbias)
       dbias_done = k::matmul_backward_weight_bias(dweight->data<float>(), dbias->data<float>(), dout.data<bf16>(),
-                                                  inp.data<bf16>(), to_int(M, op), to_int(K, op), to_int(N, op),
-                                                  accumulate_dinp, s);
+                                                  inp.data<bf16>(), to_int(M, op, "M"), to_int(K, op, "K"),
+                                                  to_int(N, op, "N"), accumulate_dinp, s);
     if (!dbias_done)
-      k::matmul_backward_weight(dweight->data<float>(), dout.data<bf16>(), inp.data<bf16>(), to_int(M, op),
-                                to_int(K, op), to_int(N, op), accumulate_dinp, s);
+      k::matmul_backward_weight(dweight->data<float>(), dout.data<bf16>(), inp.data<bf16>(), to_int(M, op, "M"),
+                                to_int(K, op, "K"), to_int(N, op, "N"), accumulate_dinp, s);
   }
   if (dbias && !dbias_done)
-    k::matmul_backward_bias(dbias->data<float>(), dout.data<bf16>(), to_int(M, op), to_int(N, op), s);
+    k::matmul_backward_bias(dbias->data<float>(), dout.data<bf16>(), to_int(M, op, "M"), to_int(N, op, "N"), s);
 }
 
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b) {
@@ -202,7 +201,7 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
   expect_numel(mean, N, op, "mean");
   expect_numel(rstd, N, op, "rstd");
   k::layernorm_forward(out.data<bf16>(), mean.data<float>(), rstd.data<float>(), inp.data<bf16>(), w.data<bf16>(),
-                       b.data<bf16>(), N, to_int(C, op), k::compute_stream());
+                       b.data<bf16>(), N, to_int(C, op, "C"), k::compute_stream());
 }
 
 void layernorm_backward(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout, const Tensor& inp, const Tensor& w,
@@ -225,7 +224,8 @@ void layernorm_backward(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout
   expect_numel(mean, N, op, "mean");
   expect_numel(rstd, N, op, "rstd");
   k::layernorm_backward(dinp.data<bf16>(), dw.data<float>(), db.data<float>(), dout.data<bf16>(), inp.data<bf16>(),
-                        w.data<bf16>(), mean.data<float>(), rstd.data<float>(), N, to_int(C, op), k::compute_stream());
+                        w.data<bf16>(), mean.data<float>(), rstd.data<float>(), N, to_int(C, op, "C"),
+                        k::compute_stream());
 }
 
 void gelu_forward(Tensor& out, const Tensor& inp) {
@@ -263,8 +263,8 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head) 
   FP8T_CHECK(n_head > 0 && C % n_head == 0, "{}: C={} is not divisible by n_head={}", op, C, n_head);
   expect_shape(out, {B, T, C}, op, "out");
   expect_numel(lse, B * n_head * T, op, "lse");
-  k::attention_forward(out.data<bf16>(), lse.data<float>(), qkv.data<bf16>(), to_int(B, op), to_int(T, op), n_head,
-                       to_int(C / n_head, op), k::compute_stream());
+  k::attention_forward(out.data<bf16>(), lse.data<float>(), qkv.data<bf16>(), to_int(B, op, "B"), to_int(T, op, "T"),
+                       n_head, to_int(C / n_head, op, "HS"), k::compute_stream());
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
@@ -286,8 +286,8 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   Tensor dq_accum = Tensor::empty({B, T, C}, DType::f32, qkv.device(), MemCategory::activations);
   Tensor delta = Tensor::empty({B, n_head, T}, DType::f32, qkv.device(), MemCategory::activations);
   k::attention_backward(dqkv.data<bf16>(), dq_accum.data<float>(), delta.data<float>(), dout.data<bf16>(),
-                        qkv.data<bf16>(), out.data<bf16>(), lse.data<float>(), to_int(B, op), to_int(T, op), n_head,
-                        to_int(C / n_head, op), k::compute_stream());
+                        qkv.data<bf16>(), out.data<bf16>(), lse.data<float>(), to_int(B, op, "B"), to_int(T, op, "T"),
+                        n_head, to_int(C / n_head, op, "HS"), k::compute_stream());
 }
 
 void crossentropy_forward(Tensor& losses, Tensor& lse, Tensor* mean, const Tensor& logits, const Tensor& targets,
@@ -307,8 +307,8 @@ void crossentropy_forward(Tensor& losses, Tensor& lse, Tensor* mean, const Tenso
     expect_numel(*mean, 1, op, "mean");
   }
   k::crossentropy_forward(losses.data<float>(), lse.data<float>(), mean ? mean->data<float>() : nullptr,
-                          logits.data<bf16>(), targets.data<int32_t>(), BT, to_int(vocab_size, op), to_int(Vp, op),
-                          k::compute_stream());
+                          logits.data<bf16>(), targets.data<int32_t>(), BT, to_int(vocab_size, op, "vocab_size"),
+                          to_int(Vp, op, "Vp"), k::compute_stream());
 }
 
 void mean_of(Tensor& mean, const Tensor& values) {
@@ -333,8 +333,8 @@ void crossentropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& 
   expect_numel(lse, BT, op, "lse");
   expect_numel(dloss, 1, op, "dloss");
   k::crossentropy_backward(dlogits.data<bf16>(), logits.data<bf16>(), lse.data<float>(), targets.data<int32_t>(),
-                           dloss.data<float>(), dloss_scale, BT, to_int(vocab_size, op), to_int(Vp, op),
-                           k::compute_stream());
+                           dloss.data<float>(), dloss_scale, BT, to_int(vocab_size, op, "vocab_size"),
+                           to_int(Vp, op, "Vp"), k::compute_stream());
 }
 
 }  // namespace fp8t::cuda_ops

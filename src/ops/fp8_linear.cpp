@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda_check.h"
+#include "core/launch_limits.h"
 #include "fp8/saved.h"
 #include "kernels/fp8_cast.cuh"
 #include "kernels/layernorm.cuh"
@@ -247,11 +248,16 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   expect_cuda(wv, DType::bf16, "w (the bf16 compute copy)", st.name);
   if (b) expect_cuda(b->value, DType::bf16, "b", st.name);
   const int64_t IC = wv.dim(1), OC = wv.dim(0), M = x->value.numel() / IC;
-  FP8T_CHECK(M % 16 == 0 && IC % 16 == 0 && OC % 16 == 0 && M <= 0x7fffffff,
+  FP8T_CHECK(M % 16 == 0 && IC % 16 == 0 && OC % 16 == 0,
              "fp8_linear ({}): cuBLASLt FP8 GEMMs need rows (micro_batch * seq_len) = {}, in features = {} and out "
              "features = {} to be multiples of 16; change model.d_model / train.micro_batch / model.seq_len, or run "
              "this layer in bf16 (precision.fp8.layers, bf16_first_blocks, bf16_last_blocks)",
              st.name, M, IC, OC);
+  // cuBLASLt and the LayerNorm statistics take M, IC and OC as int (the casts index in 64 bits).
+  const std::string op = "fp8_linear (" + st.name + ")";
+  checked_int(M, op.c_str(), "rows (micro_batch * seq_len)");
+  checked_int(IC, op.c_str(), "in features");
+  checked_int(OC, op.c_str(), "out features");
   const cudaStream_t stream = k::compute_stream();
   Fp8DeviceSlot* slots = st.device.slots(wv.device(), st.metas());
   cache_weight_cuda(st, wv, slots, stream);
