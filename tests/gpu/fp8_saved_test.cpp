@@ -170,7 +170,7 @@ TEST_CASE("fp8_save_rows: misaligned input or outputs take the scalar path, bit-
   for (const RowsShape sh : {RowsShape{3, 2304}, RowsShape{1000, 77}, RowsShape{3, 6400}, RowsShape{2, 9001}}) {
     const auto v = saved_input(sh.rows, sh.cols);
     const SavedRows h = host_save(v, sh.rows, sh.cols);
-    for (const auto [x_off, out_off, in_place] : {std::tuple{1, 0, false}, std::tuple{1, 0, true},
+    for (const auto& [x_off, out_off, in_place] : {std::tuple{1, 0, false}, std::tuple{1, 0, true},
                                                   std::tuple{0, 1, false}, std::tuple{1, 1, false}}) {
       INFO("rows " << sh.rows << " cols " << sh.cols << " x offset " << x_off << " output offset " << out_off
                    << " in place " << in_place);
