@@ -106,7 +106,8 @@ __device__ __forceinline__ void store_chunk(const Bf16Chunk<kWidth>& x, float sc
     if (roundtrip) {
       Vec16<bf16> r;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) r.v[j] = dequant_bf16<kE4m3>(static_cast<uint8_t>(q[j / 4] >> 8 * (j % 4)), scale_inv);
+      for (int j = 0; j < 8; ++j)
+        r.v[j] = dequant_bf16<kE4m3>(static_cast<uint8_t>(q[j / 4] >> 8 * (j % 4)), scale_inv);
       r.store(roundtrip);
     }
   } else {

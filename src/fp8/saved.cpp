@@ -40,8 +40,9 @@ Fp8Saved save_rows(const Tensor& x, const Tensor* rt) {
     FP8T_CHECK(x.dtype() == DType::bf16, "fp8_save: CUDA tensors must be bf16, got {}", x.str());
     s.dtype = DType::bf16;
     if (n > 0)
-      kernels::fp8_save_rows(x.data<__nv_bfloat16>(), rows, cols, s.codes.data<uint8_t>(), s.row_scale_inv.data<float>(),
-                             rt ? rt->data<__nv_bfloat16>() : nullptr, kernels::compute_stream());
+      kernels::fp8_save_rows(x.data<__nv_bfloat16>(), rows, cols, s.codes.data<uint8_t>(),
+                             s.row_scale_inv.data<float>(), rt ? rt->data<__nv_bfloat16>() : nullptr,
+                             kernels::compute_stream());
     else if (rows > 0)
       cuda_ops::fill(s.row_scale_inv, 1.0f);  // empty rows: amax 0, scale 1
 #else

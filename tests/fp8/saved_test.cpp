@@ -57,9 +57,9 @@ TEST_CASE("fp8_save: one scale per row, worked by hand", "[fp8][saved]") {
   // Rows: amax 7 (scale 448 / 7 = 64, exact); zeros; inf (scale 1, inf saturates to 448); NaN (scale 1,
   // NaN -> 0x7F); amax 1792 (scale 1/4); amax 1e-40 (448 / amax overflows f32: scale 1).
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  const Tensor x = Tensor::from_vector(
-      {7.0f, -3.5f, 0.25f, 0.0f, 0.0f, 0.0f, inf, 1.0f, -2.0f, nan, 0.5f, 3.0f, 1792.0f, 0.0f, -0.875f, 1e-40f, 0.0f, 0.0f},
-      {2, 3, 3});
+  const Tensor x = Tensor::from_vector({7.0f, -3.5f, 0.25f, 0.0f, 0.0f, 0.0f, inf, 1.0f, -2.0f,  //
+                                        nan, 0.5f, 3.0f, 1792.0f, 0.0f, -0.875f, 1e-40f, 0.0f, 0.0f},
+                                       {2, 3, 3});
   Tensor rt;
   const Fp8Saved s = fp8_save(x, &rt);
   REQUIRE(s.codes.dtype() == DType::e4m3);
