@@ -9,6 +9,7 @@
 #include "core/launch_limits.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/fp8_cast.cuh"
+#include "kernels/fp8_codec.cuh"
 #include "kernels/gelu_math.cuh"
 #include "kernels/layernorm_math.cuh"
 
@@ -19,25 +20,6 @@ namespace {
 // CUDA kernels
 
 constexpr int kThreads = 256;
-
-template <Fp8Format F>
-constexpr uint32_t kNanCode = F == Fp8Format::e4m3 ? 0x7F : 0x7E;  // the host codec's NaN
-
-template <Fp8Format F>
-__device__ __forceinline__ uint8_t to_fp8(float v) {
-  // NaN gets the host codec's canonical code explicitly: the hardware keeps NaN payload/sign bits.
-  if (isnan(v)) return kNanCode<F>;
-  return static_cast<uint8_t>(
-      __nv_cvt_float_to_fp8(v, __NV_SATFINITE, F == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2));
-}
-
-// Two codes, a in the low byte. On sm_89+ one cvt.rn.satfinite.{e4m3,e5m2}x2.f32, the instruction the
-// one-value __nv_cvt_float_to_fp8 issues with a zero in the other lane (lanes convert independently);
-// before sm_89 it calls the one-value form twice. So each byte equals to_fp8<F> except for NaN.
-template <Fp8Format F>
-__device__ __forceinline__ uint32_t to_fp8x2(float a, float b) {
-  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, F == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2);
-}
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
@@ -337,10 +319,7 @@ template <Fp8Format F, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     dequantize_kernel(const uint8_t* __restrict__ codes, int64_t n, const float* scale_inv, bf16* __restrict__ out) {
   const float s = *scale_inv;
-  constexpr __nv_fp8_interpretation_t kInterp = F == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2;
-  auto decode = [&](uint8_t c) {
-    return __float2bfloat16_rn(__fmul_rn(__half2float(__half(__nv_cvt_fp8_to_halfraw(c, kInterp))), s));
-  };
+  auto decode = [&](uint8_t c) { return dequant_bf16<F>(c, s); };
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   if constexpr (kVec) {
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n / 8; i += stride) {

@@ -1,26 +1,34 @@
 // FP8 storage of activations that ops save for backward (precision.fp8.activation_storage: fp8_all):
-// the tensor is kept as E4M3 codes with a per-tensor current scale (amax of this very tensor), one
-// byte per element instead of two (BF16) or four (CPU f32).
+// the tensor is kept as E4M3 codes with a current scale per row (row = last dimension, e.g. one token's
+// qkv or GELU input: scale = 448 / amax of that row), one byte per element instead of two (BF16) or four
+// (CPU f32), plus 4 bytes per row.
 //
 // The op quantizes its input first and runs its forward pass on the round trip dequant(q(x)), so the
 // forward and the backward pass see exactly the same values (for attention, the softmax recomputed in
-// backward matches the forward's logsumexp).
+// backward matches the forward's logsumexp). On CUDA one kernel reads each row once and writes the
+// codes, the row's scale_inv and (fp8_save_inplace) the round trip over x itself (kernels/fp8_saved.cuh);
+// the host path computes the same bits on f32 tensors.
 #pragma once
 #include "core/tensor.h"
 
 namespace fp8t {
 
 struct Fp8Saved {
-  Tensor codes;         // e4m3, x's shape, MemCategory::activations
-  Tensor scales;        // f32 {amax, scale, scale_inv, unused} on x's device (CUDA: 16-byte aligned)
+  Tensor codes;          // e4m3, x's shape, MemCategory::activations
+  Tensor row_scale_inv;  // f32 (rows) on x's device: dequant(codes[r, c]) = decode(codes[r, c]) * row_scale_inv[r]
+  int64_t cols = 0;      // the row length (x's last dimension; 1 for a scalar)
   DType dtype = DType::f32;  // what restore() returns: bf16 on CUDA, f32 on the CPU
   bool defined() const { return codes.defined(); }
 };
 
-// Quantizes x (CUDA bf16 or CPU f32) with scale = 448 / amax(x) (1 when the amax is zero or not
-// finite, so the codes stay finite), and returns the saved form; *roundtrip (if given) receives
-// dequant(q(x)) in x's dtype.
+// Quantizes x (CUDA bf16 or CPU f32) row by row with scale = 448 / amax(row) (1 when the row's amax is
+// zero or not finite, so the codes stay finite: fp8_scale_from_amax(amax, 448, 0, 1)), and returns the
+// saved form; *roundtrip (if given) receives dequant(q(x)) in x's dtype, a new tensor.
 Fp8Saved fp8_save(const Tensor& x, Tensor* roundtrip);
+// fp8_save that overwrites x's elements with dequant(q(x)) (no new tensor): every handle on x's storage
+// sees the rounded values, so the caller must own x (no view of it, and no saved node that still reads
+// it unrounded).
+Fp8Saved fp8_save_inplace(Tensor& x);
 // dequant(q(x)) in the saved dtype, a new tensor of category `cat`.
 Tensor fp8_restore(const Fp8Saved& s, MemCategory cat = MemCategory::activations);
 

@@ -275,12 +275,12 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
              "fp8_linear ({}): a fused GELU or LayerNorm input needs FP8 activation storage", st.name);
   const k::Fp8CastInput cast_input = input.kind;
   // gelu_input keeps the pre-activation x for the GELU backward: as x itself, or with fp8_all as FP8
-  // codes, the forward then running on their round trip exactly as the gelu op does (ops.h).
+  // codes, the forward then running on their round trip, written over x in place exactly as the gelu
+  // op does (ops.h).
   const bool save_pre_fp8 = gelu_input && needs_grad(x) && st.cfg.activation_storage == ActivationStorage::fp8_all;
   Fp8Saved pre_saved;
-  Tensor pre_roundtrip;
-  if (save_pre_fp8) pre_saved = fp8_save(x->value, &pre_roundtrip);
-  const Tensor& xv = save_pre_fp8 ? pre_roundtrip : x->value;
+  if (save_pre_fp8) pre_saved = fp8_save_inplace(x->value);
+  const Tensor& xv = x->value;
   // wgrad needs x^T K-major: with fp8 storage the forward cast writes it alongside x.
   const bool keep_xt = train && w->requires_grad && store_fp8;
   const DType fwd = fp8_dtype(st.formats.forward), bwd = fp8_dtype(st.formats.backward);

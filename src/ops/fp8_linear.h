@@ -67,7 +67,7 @@ Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st);
 // is never written or read in bf16; backward computes d gelu(pre) with the dgrad GEMM into a temporary
 // and pre's gradient with the GELU backward kernel, and wgrad reads the forward's transposed codes.
 // The node keeps pre (bf16), or with activation_storage fp8_all its FP8 codes, the forward then running
-// on their round trip as gelu(pre, store_fp8 = true) does. The CPU emulation and activation_storage
+// on their round trip, written over pre's value in place, as gelu(pre, store_fp8 = true) does. The CPU emulation and activation_storage
 // bf16 (which would keep gelu(pre) to re-cast it in backward) run the composition itself, with
 // gelu's store_fp8 = (activation_storage == fp8_all).
 Var fp8_linear_gelu(const Var& pre, const Var& w, const Var& b, Fp8LinearState& st);

@@ -288,9 +288,10 @@ Var layernorm(const Var& x, const Var& w, const Var& b) {
 Var gelu(const Var& x, bool store_fp8) {
   const bool save_fp8 = store_fp8 && needs_grad(x);
   Fp8Saved saved;
-  Tensor roundtrip;
-  if (save_fp8) saved = fp8_save(x->value, &roundtrip);
-  const Tensor& xv = save_fp8 ? roundtrip : x->value;  // the forward sees what the backward will
+  // The forward sees what the backward will: x's value becomes its round trip dequant(q(x)), in place
+  // (ops.h: nothing else may need x unrounded).
+  if (save_fp8) saved = fp8_save_inplace(x->value);
+  const Tensor& xv = x->value;
   Tensor out = Tensor::empty(xv.shape(), xv.dtype(), xv.device(), MemCategory::activations);
   if (xv.device().is_cuda()) {
     FP8T_ON_CUDA("gelu", cuda_ops::gelu_forward(out, xv));
@@ -372,11 +373,10 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
              qkv->value.str());
   const bool save_fp8 = store_fp8 && needs_grad(qkv);
   Fp8Saved saved;
-  Tensor roundtrip;
-  if (save_fp8) saved = fp8_save(qkv->value, &roundtrip);
-  // With FP8 storage the forward runs on dequant(q(qkv)), so the backward's recomputed softmax
-  // matches the forward's logsumexp exactly.
-  const Tensor& xv = save_fp8 ? roundtrip : qkv->value;
+  // With FP8 storage the forward runs on dequant(q(qkv)), which replaces qkv's value in place (ops.h),
+  // so the backward's recomputed softmax matches the forward's logsumexp exactly.
+  if (save_fp8) saved = fp8_save_inplace(qkv->value);
+  const Tensor& xv = qkv->value;
   const int B = static_cast<int>(xv.dim(0)), T = static_cast<int>(xv.dim(1)), C = static_cast<int>(xv.dim(2) / 3);
   FP8T_CHECK(n_head > 0 && C % n_head == 0, "attention: C = {} is not divisible by n_head = {}", C, n_head);
   const bool on_gpu = xv.device().is_cuda();

@@ -23,8 +23,9 @@ Var embedding(const Tensor& tokens, const Var& wte, const Var& wpe);
 Var linear(const Var& x, const Var& w, const Var& b);
 // x (..., C); w, b (C)  ->  (..., C); eps 1e-5
 Var layernorm(const Var& x, const Var& w, const Var& b);
-// tanh-approximate GELU, elementwise. store_fp8: x is kept for backward as FP8 codes (fp8/saved.h)
-// and the forward runs on their dequantized values.
+// tanh-approximate GELU, elementwise. store_fp8 (with a gradient to compute): x is kept for backward as
+// FP8 codes (fp8/saved.h) and the forward runs on their dequantized values, which overwrite x's value in
+// place: pass an x that nothing else reads unrounded (in GPT, the fc output).
 Var gelu(const Var& x, bool store_fp8 = false);
 // linear(gelu(linear(x, w1, b1)), w2, b2). On CUDA in BF16 the GELU runs in the GEMM epilogues (forward:
 // GELU with the pre-activation kept; backward: d(GELU) on the second GEMM's input gradient).
@@ -32,7 +33,8 @@ Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Va
 // a + b, same shape
 Var add(const Var& a, const Var& b);
 // qkv (B, T, 3C) laid out [q | k | v], heads contiguous in C  ->  causal attention output (B, T, C)
-// store_fp8: qkv is kept for backward as FP8 codes and the forward runs on their dequantized values.
+// store_fp8 (with a gradient to compute): qkv is kept for backward as FP8 codes and the forward runs on
+// their dequantized values, which overwrite qkv's value in place, as in gelu.
 Var attention(const Var& qkv, int n_head, bool store_fp8 = false);
 // logits (B, T, Vp); targets i32 (B, T) in [0, V)  ->  scalar mean cross-entropy over the real
 // vocabulary V (columns >= V never enter the softmax). Backward writes d(logits) in one pass.

@@ -1,0 +1,50 @@
+// FP8 encode and decode of single values as device functions, shared by the cast kernels
+// (kernels/fp8_cast.cu) and the saved-activation kernels (kernels/fp8_saved.cu), so that both write
+// and read the codes of the host codec (core/dtype.h) bit for bit.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace fp8t::kernels {
+
+template <Fp8Format F>
+inline constexpr uint32_t kNanCode = F == Fp8Format::e4m3 ? 0x7F : 0x7E;  // the host codec's NaN
+
+template <Fp8Format F>
+inline constexpr __nv_fp8_interpretation_t kFp8Interp = F == Fp8Format::e4m3 ? __NV_E4M3 : __NV_E5M2;
+
+// satfinite_rne(v) in format F, NaN -> the host codec's code.
+template <Fp8Format F>
+__device__ __forceinline__ uint8_t to_fp8(float v) {
+  // NaN gets the host codec's canonical code explicitly: the hardware keeps NaN payload/sign bits.
+  if (isnan(v)) return kNanCode<F>;
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, kFp8Interp<F>));
+}
+
+// Two codes, a in the low byte. On sm_89+ one cvt.rn.satfinite.{e4m3,e5m2}x2.f32, the instruction the
+// one-value __nv_cvt_float_to_fp8 issues with a zero in the other lane (lanes convert independently);
+// before sm_89 it calls the one-value form twice. So each byte equals to_fp8<F> except for NaN.
+template <Fp8Format F>
+__device__ __forceinline__ uint32_t to_fp8x2(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kFp8Interp<F>);
+}
+
+// The value of a code, exact (every FP8 value is a half).
+template <Fp8Format F>
+__device__ __forceinline__ float from_fp8(uint8_t c) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(c, kFp8Interp<F>)));
+}
+
+// dequant(c) = bf16_rn(from_fp8(c) * scale_inv), the f32 product rounded once (as the host codec's
+// f32 value rounded to bf16).
+template <Fp8Format F>
+__device__ __forceinline__ __nv_bfloat16 dequant_bf16(uint8_t c, float scale_inv) {
+  return __float2bfloat16_rn(__fmul_rn(from_fp8<F>(c), scale_inv));
+}
+
+}  // namespace fp8t::kernels

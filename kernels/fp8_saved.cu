@@ -1,0 +1,240 @@
+// FP8 saved activations with a scale per row: the one-pass save and the per-row dequantize. A block
+// takes one row at a time and keeps it in registers from the load to the stores, so the save reads x
+// once (2 bytes per element) and writes the codes (1) and, when asked, the bf16 round trip (2).
+#include "kernels/fp8_saved.cuh"
+
+#include "kernels/cuda_common.cuh"
+#include "kernels/fp8_codec.cuh"
+
+namespace fp8t::kernels {
+namespace {
+
+// ------------------------------------------------------------------------------------------------
+// CUDA kernels
+
+constexpr Fp8Format kE4m3 = Fp8Format::e4m3;
+constexpr float kE4m3Max = 448.0f;
+constexpr int kMaxThreads = 1024;
+
+// kWidth consecutive bf16 values of a row, as raw bits: 8 (one 16-byte access) or 1 (the fallback for
+// rows whose length is not a multiple of 8 and for misaligned pointers).
+template <int kWidth>
+struct Bf16Chunk {
+  static_assert(kWidth == 8 || kWidth == 1, "a chunk is 16 bytes or one value");
+  static constexpr int kWords = kWidth == 8 ? 4 : 1;
+  uint32_t w[kWords];  // kWidth 8: values 2i (low half) and 2i + 1 (high half) in w[i]; kWidth 1: w[0]
+
+  __device__ __forceinline__ static Bf16Chunk load(const bf16* p) {
+    Bf16Chunk c;
+    if constexpr (kWidth == 8) {
+      const uint4 v = *reinterpret_cast<const uint4*>(p);
+      c.w[0] = v.x, c.w[1] = v.y, c.w[2] = v.z, c.w[3] = v.w;
+    } else {
+      c.w[0] = __bfloat16_as_ushort(*p);
+    }
+    return c;
+  }
+  __device__ __forceinline__ static Bf16Chunk zero() {
+    Bf16Chunk c;
+#pragma unroll
+    for (uint32_t& x : c.w) x = 0;
+    return c;
+  }
+  __device__ __forceinline__ float value(int j) const {
+    const uint32_t bits = kWidth == 8 ? (w[j / 2] >> 16 * (j % 2)) & 0xFFFFu : w[0];
+    return __uint_as_float(bits << 16);  // exact, as __bfloat162float
+  }
+  // max |value| as bf16 bits. For |x| the unsigned order of the bits is the float order, with every NaN
+  // above +inf: a NaN in the row shows up as a NaN amax.
+  __device__ __forceinline__ uint32_t abs_max_bits() const {
+    if constexpr (kWidth == 8) {
+      constexpr uint32_t kAbs = 0x7FFF7FFFu;
+      const uint32_t m = __vmaxu2(__vmaxu2(w[0] & kAbs, w[1] & kAbs), __vmaxu2(w[2] & kAbs, w[3] & kAbs));
+      return max(m & 0xFFFFu, m >> 16);
+    } else {
+      return w[0] & 0x7FFFu;
+    }
+  }
+};
+
+// Max over the block (blockDim.x a multiple of 32); every thread gets it. scratch holds 32 words and is
+// reused row after row.
+__device__ __forceinline__ uint32_t block_max(uint32_t v, uint32_t* scratch) {
+  v = __reduce_max_sync(0xffffffffu, v);
+  if (blockDim.x == 32) return v;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();  // every warp has read the previous row's maxima
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  return __reduce_max_sync(0xffffffffu, lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : 0u);
+}
+
+// fp8_scale_from_amax(amax, 448, 0, 1.0f) of src/fp8/scaling.cpp, operation for operation (the host then
+// divides by 2^0 = 1, which is exact).
+__device__ __forceinline__ float row_scale(float amax) {
+  float s = 1.0f;
+  if (amax > 0.0f && isfinite(amax)) {
+    const float t = __fdiv_rn(kE4m3Max, amax);
+    if (isfinite(t) && t > 0.0f) s = t;
+  }
+  return s;
+}
+
+// The chunk's codes to codes[0, kWidth) and, if roundtrip is not null, their dequantized values to
+// roundtrip[0, kWidth). The codes equal the cast kernels' (f32 product, then satfinite RNE, NaN -> 0x7F).
+template <int kWidth>
+__device__ __forceinline__ void store_chunk(const Bf16Chunk<kWidth>& x, float scale, float scale_inv, uint8_t* codes,
+                                            bf16* roundtrip) {
+  if constexpr (kWidth == 8) {
+    float v[8];
+    bool any_nan = false;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      v[j] = __fmul_rn(x.value(j), scale);
+      any_nan |= isnan(v[j]);
+    }
+    uint32_t q[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      q[h] = to_fp8x2<kE4m3>(v[4 * h], v[4 * h + 1]) | to_fp8x2<kE4m3>(v[4 * h + 2], v[4 * h + 3]) << 16;
+    if (any_nan) {  // rare: replace whatever NaN code the conversion kept by the canonical one
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        if (isnan(v[j])) q[j / 4] = (q[j / 4] & ~(0xFFu << 8 * (j % 4))) | kNanCode<kE4m3> << 8 * (j % 4);
+    }
+    *reinterpret_cast<uint2*>(codes) = make_uint2(q[0], q[1]);
+    if (roundtrip) {
+      Vec16<bf16> r;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        r.v[j] = dequant_bf16<kE4m3>(static_cast<uint8_t>(q[j / 4] >> 8 * (j % 4)), scale_inv);
+      r.store(roundtrip);
+    }
+  } else {
+    const uint8_t q = to_fp8<kE4m3>(__fmul_rn(x.value(0), scale));
+    *codes = q;
+    if (roundtrip) *roundtrip = dequant_bf16<kE4m3>(q, scale_inv);
+  }
+}
+
+// x (rows, cols) -> codes (rows, cols), scale_inv (rows), roundtrip (rows, cols) or null. Blocks take
+// rows grid-stride; thread t takes the row's chunks t + k * blockDim.x. The first kRegChunks of them stay
+// in registers from the load to the stores; chunks beyond (rows longer than kRegChunks * blockDim.x
+// chunks) are loaded again for the stores. roundtrip may be x (not restrict): every element is read by
+// the thread that writes it, and read before it is written.
+template <int kWidth, int kRegChunks>
+__global__ void __launch_bounds__(kMaxThreads)
+    save_rows_kernel(const bf16* x, int64_t rows, int64_t cols, uint8_t* __restrict__ codes,
+                     float* __restrict__ scale_inv, bf16* roundtrip) {
+  __shared__ uint32_t s_max[kMaxThreads / 32];
+  using Chunk = Bf16Chunk<kWidth>;
+  const int64_t chunks = cols / kWidth;  // kWidth divides cols (launcher)
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const bf16* x_r = x + r * cols;
+    Chunk reg[kRegChunks];  // (kRegChunks) this thread's chunks of the row
+    uint32_t amax = 0;      // as bf16 bits
+#pragma unroll
+    for (int k = 0; k < kRegChunks; ++k) {
+      const int i = threadIdx.x + k * blockDim.x;  // < kRegChunks * kMaxThreads
+      reg[k] = i < chunks ? Chunk::load(x_r + int64_t{i} * kWidth) : Chunk::zero();
+      amax = max(amax, reg[k].abs_max_bits());
+    }
+    for (int64_t i = threadIdx.x + int64_t{kRegChunks} * blockDim.x; i < chunks; i += blockDim.x)
+      amax = max(amax, Chunk::load(x_r + i * kWidth).abs_max_bits());
+
+    const float scale = row_scale(__uint_as_float(block_max(amax, s_max) << 16));
+    const float sinv = __fdiv_rn(1.0f, scale);
+    if (threadIdx.x == 0) scale_inv[r] = sinv;
+    uint8_t* codes_r = codes + r * cols;
+    bf16* rt_r = roundtrip ? roundtrip + r * cols : nullptr;
+#pragma unroll
+    for (int k = 0; k < kRegChunks; ++k) {
+      const int i = threadIdx.x + k * blockDim.x;
+      if (i < chunks)
+        store_chunk(reg[k], scale, sinv, codes_r + int64_t{i} * kWidth, rt_r ? rt_r + int64_t{i} * kWidth : nullptr);
+    }
+    for (int64_t i = threadIdx.x + int64_t{kRegChunks} * blockDim.x; i < chunks; i += blockDim.x)
+      store_chunk(Chunk::load(x_r + i * kWidth), scale, sinv, codes_r + i * kWidth, rt_r ? rt_r + i * kWidth : nullptr);
+  }
+}
+
+// codes (rows, cols) -> out (rows, cols), rows grid-stride over the blocks. kWidth 8: 8-byte loads and
+// 16-byte stores.
+template <int kWidth>
+__global__ void __launch_bounds__(kMaxThreads)
+    dequantize_rows_kernel(const uint8_t* __restrict__ codes, int64_t rows, int64_t cols,
+                           const float* __restrict__ scale_inv, bf16* __restrict__ out) {
+  const int64_t chunks = cols / kWidth;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float s = scale_inv[r];
+    const uint8_t* codes_r = codes + r * cols;
+    bf16* out_r = out + r * cols;
+    for (int64_t i = threadIdx.x; i < chunks; i += blockDim.x) {
+      if constexpr (kWidth == 8) {
+        const uint2 c = *reinterpret_cast<const uint2*>(codes_r + 8 * i);
+        Vec16<bf16> v;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          v.v[b] = dequant_bf16<kE4m3>(static_cast<uint8_t>(c.x >> 8 * b), s);
+          v.v[4 + b] = dequant_bf16<kE4m3>(static_cast<uint8_t>(c.y >> 8 * b), s);
+        }
+        v.store(out_r + 8 * i);
+      } else {
+        out_r[i] = dequant_bf16<kE4m3>(codes_r[i], s);
+      }
+    }
+  }
+}
+
+// Chunks a thread keeps in registers: 32 values on the 16-byte path, 8 on the scalar one (16 would
+// spill under the 64 registers that 1024 threads leave).
+constexpr int kRegChunks8 = 4, kRegChunks1 = 8;
+
+// Threads for a row of `chunks` chunks at `per_thread` each: a multiple of 32 in [32, kMaxThreads].
+int threads_for(int64_t chunks, int per_thread) {
+  const int64_t t = (chunks + per_thread - 1) / per_thread;
+  return static_cast<int>(std::clamp<int64_t>((t + 31) / 32 * 32, 32, kMaxThreads));
+}
+
+// One block per row, capped (the kernels loop over the rows past the cap).
+int blocks_for(int64_t rows) { return static_cast<int>(std::min<int64_t>(rows, int64_t{1} << 20)); }
+
+bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0; }
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// kernel launchers
+
+void fp8_save_rows(const __nv_bfloat16* x, int64_t rows, int64_t cols, uint8_t* codes, float* scale_inv,
+                   __nv_bfloat16* roundtrip, cudaStream_t stream) {
+  FP8T_CHECK(rows > 0 && cols > 0, "fp8_save_rows: bad sizes rows={} cols={}", rows, cols);
+  FP8T_CHECK(x && codes && scale_inv, "fp8_save_rows: null input, codes or scale_inv");
+  const auto* x_end = x + rows * cols;
+  FP8T_CHECK(!roundtrip || roundtrip == x || roundtrip + rows * cols <= x || roundtrip >= x_end,
+             "fp8_save_rows: the round trip must be x itself or not overlap it");
+  const bool vec = cols % 8 == 0 && aligned16(x) && aligned8(codes) && (!roundtrip || aligned16(roundtrip));
+  const int blocks = blocks_for(rows);
+  if (vec)
+    save_rows_kernel<8, kRegChunks8><<<blocks, threads_for(cols / 8, kRegChunks8), 0, stream>>>(
+        x, rows, cols, codes, scale_inv, roundtrip);
+  else
+    save_rows_kernel<1, kRegChunks1><<<blocks, threads_for(cols, kRegChunks1), 0, stream>>>(
+        x, rows, cols, codes, scale_inv, roundtrip);
+  CUDA_CHECK_LAUNCH();
+}
+
+void fp8_dequantize_rows(const uint8_t* codes, int64_t rows, int64_t cols, const float* scale_inv,
+                         __nv_bfloat16* out, cudaStream_t stream) {
+  FP8T_CHECK(rows > 0 && cols > 0, "fp8_dequantize_rows: bad sizes rows={} cols={}", rows, cols);
+  FP8T_CHECK(codes && scale_inv && out, "fp8_dequantize_rows: null codes, scale_inv or output");
+  const bool vec = cols % 8 == 0 && aligned8(codes) && aligned16(out);
+  const int blocks = blocks_for(rows);
+  if (vec)
+    dequantize_rows_kernel<8><<<blocks, threads_for(cols / 8, 4), 0, stream>>>(codes, rows, cols, scale_inv, out);
+  else
+    dequantize_rows_kernel<1><<<blocks, threads_for(cols, 4), 0, stream>>>(codes, rows, cols, scale_inv, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace fp8t::kernels
