@@ -3,10 +3,10 @@
 #include <cublasLt.h>
 
 #include <map>
+#include <array>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
-#include <array>
 
 #include "kernels/cuda_common.cuh"
 #include "core/allocator.h"
@@ -73,7 +73,6 @@ cublasLtEpilogue_t lt_epilogue(MatmulEpilogue e) {
     case MatmulEpilogue::gelu_bias: return CUBLASLT_EPILOGUE_GELU_BIAS;
     case MatmulEpilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case MatmulEpilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
-    case MatmulEpilogue::bgradb: return CUBLASLT_EPILOGUE_BGRADB;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -164,9 +163,8 @@ DeviceContext& device_context() {
   return *ctx;
 }
 
-// The plan for `key`; nullptr when cuBLASLt has no algorithm and `may_fail` (else an error).
-Plan* get_plan(DeviceContext& ctx, const PlanKey& key, bool may_fail = false) {
-  if (auto it = ctx.plans.find(key); it != ctx.plans.end()) return it->second.get();
+Plan& get_plan(DeviceContext& ctx, const PlanKey& key) {
+  if (auto it = ctx.plans.find(key); it != ctx.plans.end()) return *it->second;
   auto plan = std::make_unique<Plan>();
   cublasLtMatmulDesc_t desc = nullptr;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -179,7 +177,7 @@ Plan* get_plan(DeviceContext& ctx, const PlanKey& key, bool may_fail = false) {
   if (key.a == DType::e4m3 || key.a == DType::e5m2)
     set_desc(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(key.fast_accum ? 1 : 0));
   if (key.epilogue == MatmulEpilogue::bias || key.epilogue == MatmulEpilogue::gelu_bias ||
-      key.epilogue == MatmulEpilogue::gelu_aux_bias || key.epilogue == MatmulEpilogue::bgradb)
+      key.epilogue == MatmulEpilogue::gelu_aux_bias)
     set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(key.d));
   if (key.epilogue == MatmulEpilogue::gelu_aux_bias || key.epilogue == MatmulEpilogue::dgelu)
     set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{key.m});
@@ -203,14 +201,8 @@ Plan* get_plan(DeviceContext& ctx, const PlanKey& key, bool may_fail = false) {
   cublasLtMatmulHeuristicResult_t results[kMaxCandidates]{};
   const int want = g_autotune ? kMaxCandidates : 1;
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, plan->a, plan->b, plan->d, plan->d, pref,
-                                                           want, results, &found);
-  if (st != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(st);
-  if (st != CUBLAS_STATUS_SUCCESS) found = 0;
-  if (found == 0 && may_fail) {
-    ctx.plans[key] = nullptr;  // remembered: the caller takes its fallback from now on
-    return nullptr;
-  }
+  CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, plan->a, plan->b, plan->d, plan->d, pref, want,
+                                              results, &found));
   FP8T_CHECK(found > 0,
              "cuBLASLt has no algorithm for D({}x{}, {}) = op(A {}{}) op(B {}{}), k={}, epilogue {}, "
              "alignments A/B/D {}/{}/{} bytes",
@@ -220,13 +212,13 @@ Plan* get_plan(DeviceContext& ctx, const PlanKey& key, bool may_fail = false) {
   for (int i = 0; i < found; ++i)
     if (i == 0 || results[i].state == CUBLAS_STATUS_SUCCESS) plan->candidates[plan->num_candidates++] = results[i].algo;
   plan->tuned = plan->num_candidates < 2;
-  Plan* p = plan.get();
+  Plan& p = *plan;
   ctx.plans[key] = std::move(plan);
   return p;
 }
 
-// Times each candidate of a new plan on this call's operands (3 runs after a warm-up, median-free
-// mean) and keeps the fastest. The output, and the GELU aux output, go to scratch buffers, so the
+// Times each candidate of a new plan on this call's operands (3 runs after a warm-up) and keeps the
+// fastest. The output, and the GELU aux output, go to scratch buffers, so the
 // call's own D (read as C when beta != 0) is untouched; the caller then runs the chosen algorithm.
 void autotune(DeviceContext& ctx, Plan& plan, const PlanKey& key, const void* a, const void* b, const void* c,
               bool aux_is_output, float alpha, float beta, cudaStream_t stream) {
@@ -276,15 +268,14 @@ void autotune(DeviceContext& ctx, Plan& plan, const PlanKey& key, const void* a,
 
 namespace {
 
-// Returns false (having done nothing) only when `may_fail` and cuBLASLt has no algorithm for the call.
-bool matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, const MatmulOperand& b, bool trans_b,
+void matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, const MatmulOperand& b, bool trans_b,
                int m, int n, int k, float alpha, float beta, MatmulEpilogue epilogue, const void* bias, void* aux,
-               bool fast_accum, cudaStream_t stream, bool may_fail = false) {
+               bool fast_accum, cudaStream_t stream) {
   FP8T_CHECK(m > 0 && n > 0 && k > 0, "matmul: bad sizes m={} n={} k={}", m, n, k);
   FP8T_CHECK(d_dtype == DType::bf16 || d_dtype == DType::f32, "matmul: output dtype {} (bf16 or f32)",
              dtype_name(d_dtype));
   const bool has_bias = epilogue == MatmulEpilogue::bias || epilogue == MatmulEpilogue::gelu_bias ||
-                        epilogue == MatmulEpilogue::gelu_aux_bias || epilogue == MatmulEpilogue::bgradb;
+                        epilogue == MatmulEpilogue::gelu_aux_bias;
   FP8T_CHECK(!has_bias || bias != nullptr, "matmul: bias epilogue without a bias pointer");
   const bool has_aux = epilogue == MatmulEpilogue::gelu_aux_bias || epilogue == MatmulEpilogue::dgelu;
   FP8T_CHECK(!has_aux || aux != nullptr, "matmul: GELU aux epilogue without aux");
@@ -304,12 +295,7 @@ bool matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, con
   std::lock_guard lk(ctx.mu);
   const PlanKey key{m, n, k, trans_a, trans_b, a.scale != nullptr, b.scale != nullptr, fp8 && fast_accum, a.dtype,
                     b.dtype, d_dtype, epilogue, alignment_of(a.data), alignment_of(b.data), alignment_of(d), has_bias ? alignment_of(bias) : 256};
-  Plan* found = get_plan(ctx, key, may_fail);
-  if (!found) {
-    FP8T_CHECK(may_fail, "matmul: cuBLASLt has no algorithm for epilogue {}", static_cast<int>(epilogue));
-    return false;
-  }
-  Plan& plan = *found;
+  Plan& plan = get_plan(ctx, key);
   if (has_bias) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   if (has_aux) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   if (a.scale) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a.scale);
@@ -318,14 +304,8 @@ bool matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, con
     autotune(ctx, plan, key, a.data, b.data, d, epilogue == MatmulEpilogue::gelu_aux_bias, alpha, beta, stream);
     if (has_aux) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   }
-  const cublasStatus_t st = cublasLtMatmul(ctx.handle, plan.desc, &alpha, a.data, plan.a, b.data, plan.b, &beta, d,
-                                           plan.d, d, plan.d, &plan.algo, ctx.workspace, kWorkspaceBytes, stream);
-  if (may_fail && st == CUBLAS_STATUS_NOT_SUPPORTED) {
-    ctx.plans[key] = nullptr;  // offered by the heuristic but refused at run time: the fallback from now on
-    return false;
-  }
-  CUBLAS_CHECK(st);
-  return true;
+  CUBLAS_CHECK(cublasLtMatmul(ctx.handle, plan.desc, &alpha, a.data, plan.a, b.data, plan.b, &beta, d, plan.d, d,
+                              plan.d, &plan.algo, ctx.workspace, kWorkspaceBytes, stream));
 }
 
 }  // namespace
@@ -374,31 +354,6 @@ void matmul_backward_weight(float* dweight, const bf16* dout, const bf16* inp, i
                   accumulate ? 1.0f : 0.0f, MatmulEpilogue::none, nullptr, nullptr, stream);
 }
 
-__global__ void add_f32_kernel(float* dst, const float* src, int n) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) dst[i] += src[i];
-}
-
-bool matmul_backward_weight_bias(float* dweight, float* dbias, const bf16* dout, const bf16* inp, int M, int K, int N,
-                                 bool accumulate, cudaStream_t stream) {
-  // As matmul_backward_weight, with cuBLASLt's BGRADB epilogue writing the column sums of dout (B's
-  // reduction over the GEMM's k = M) into a scratch vector, which is then added into dbias.
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  Allocator& alloc = allocator_for(Device::cuda(dev));
-  const size_t bytes = static_cast<size_t>(N) * sizeof(float);
-  auto* scratch = static_cast<float*>(alloc.allocate(bytes, MemCategory::workspace));
-  const bool ok = matmul_lt(dweight, DType::f32, {inp, DType::bf16}, false, {dout, DType::bf16}, true, K, N, M, 1.0f,
-                            accumulate ? 1.0f : 0.0f, MatmulEpilogue::bgradb, scratch, nullptr, false, stream,
-                            /*may_fail=*/true);
-  if (ok) {
-    add_f32_kernel<<<ceil_div(N, 256), 256, 0, stream>>>(dbias, scratch, N);
-    CUDA_CHECK_LAUNCH();
-  }
-  alloc.deallocate(scratch, bytes, MemCategory::workspace);  // stream-ordered reuse, as every allocation
-  return ok;
-}
-
 // FP8: cuBLASLt takes only op(A) = A^T, op(B) = B (TN), i.e. both operands K-major. A row-major (R, C)
 // matrix is a column-major (C, R) one, so each GEMM below names which stored copy is K-major.
 
@@ -421,14 +376,6 @@ void matmul_fp8_backward_weight(float* dweight, const MatmulOperand& dout_t, con
   // dweight^T (K, N) = inp^T (K, M) [inp_t (K, M), M-major] @ dout (M, N) [dout_t (N, M), M-major]
   matmul_lt(dweight, DType::f32, inp_t, true, dout_t, false, K, N, M, 1.0f, accumulate ? 1.0f : 0.0f,
             MatmulEpilogue::none, nullptr, nullptr, /*fast_accum=*/false, stream);
-}
-
-bool matmul_fp8_backward_input_dgelu(bf16* dpre, const MatmulOperand& dout, const MatmulOperand& weight_t,
-                                     const bf16* pre, int M, int K, int N, cudaStream_t stream) {
-  // As matmul_fp8_backward_input with beta 0 and the DGELU epilogue; pre^T (K, M) has leading
-  // dimension K, as dpre^T does.
-  return matmul_lt(dpre, DType::bf16, weight_t, true, dout, false, K, M, N, 1.0f, 0.0f, MatmulEpilogue::dgelu, nullptr,
-                   const_cast<bf16*>(pre), /*fast_accum=*/false, stream, /*may_fail=*/true);
 }
 
 void matmul_backward_bias(float* dbias, const bf16* dout, int M, int N, cudaStream_t stream) {

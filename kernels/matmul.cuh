@@ -17,7 +17,6 @@ enum class MatmulEpilogue : uint8_t {
   gelu_bias,      // D = gelu(A B + bias)
   gelu_aux_bias,  // D = gelu(A B + bias), and the pre-GELU values are written to `aux` (for backward)
   dgelu,          // D = (A B) * gelu'(aux), aux holding the pre-GELU values (D's type and layout)
-  bgradb,         // D = A B, and `bias` (n elements, D's type) is written with B's sums over k
 };
 
 // One GEMM operand: its data, element type, and (FP8 only) a device pointer to its f32 dequantisation
@@ -60,11 +59,6 @@ void matmul_backward_input_dgelu(__nv_bfloat16* dpre, const __nv_bfloat16* dout,
 // dweight (N, K) f32 (+)= dout (M, N)^T @ inp (M, K)
 void matmul_backward_weight(float* dweight, const __nv_bfloat16* dout, const __nv_bfloat16* inp, int M, int K, int N,
                             bool accumulate, cudaStream_t stream);
-// As matmul_backward_weight, and dbias (N) f32 += column sums of dout (M, N) from the same GEMM's
-// epilogue. Returns false, having done nothing, when cuBLASLt offers no algorithm for that epilogue
-// (the caller then uses matmul_backward_weight and matmul_backward_bias).
-bool matmul_backward_weight_bias(float* dweight, float* dbias, const __nv_bfloat16* dout, const __nv_bfloat16* inp,
-                                 int M, int K, int N, bool accumulate, cudaStream_t stream);
 // ---- FP8 row-major helpers. Operands are FP8 codes (E4M3 or E5M2, not both E5M2) with their device
 // scale_inv as `scale`; FP32 accumulation; every dimension a multiple of 16; fast accumulation in
 // fprop only. Hopper takes only K-major operands, hence the transposed copies in backward.
@@ -74,11 +68,6 @@ void matmul_fp8_forward(__nv_bfloat16* out, const MatmulOperand& inp, const Matm
 // dinp (M, K) bf16 (+)= dout (M, N) @ weight (N, K), given weight_t (K, N)
 void matmul_fp8_backward_input(__nv_bfloat16* dinp, const MatmulOperand& dout, const MatmulOperand& weight_t, int M,
                                int K, int N, bool accumulate, cudaStream_t stream);
-// dpre (M, K) bf16 = (dout (M, N) @ weight (N, K)) * gelu'(pre (M, K)), given weight_t (K, N): the FP8
-// dgrad through the GELU whose output fed the forward GEMM, from the DGELU epilogue. Overwrites dpre.
-// Returns false, having done nothing, where cuBLASLt has no such FP8 algorithm.
-bool matmul_fp8_backward_input_dgelu(__nv_bfloat16* dpre, const MatmulOperand& dout, const MatmulOperand& weight_t,
-                                     const __nv_bfloat16* pre, int M, int K, int N, cudaStream_t stream);
 // dweight (N, K) f32 (+)= dout (M, N)^T @ inp (M, K), given dout_t (N, M) and inp_t (K, M)
 void matmul_fp8_backward_weight(float* dweight, const MatmulOperand& dout_t, const MatmulOperand& inp_t, int M, int K,
                                 int N, bool accumulate, cudaStream_t stream);

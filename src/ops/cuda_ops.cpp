@@ -165,25 +165,17 @@ void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor&
     k::matmul_backward_input(dinp->data<bf16>(), dout.data<bf16>(), weight.data<bf16>(), to_int(M, op, "M"),
                              to_int(K, op, "K"), to_int(N, op, "N"), accumulate_dinp, s);
   }
-  if (dbias) {
-    expect(*dbias, DType::f32, op, "dbias");
-    expect_numel(*dbias, N, op, "dbias");
-  }
-  bool dbias_done = false;
   if (dweight) {
     expect(*dweight, DType::f32, op, "dweight");
     expect_numel(*dweight, N * K, op, "dweight");
-    // The bias gradient comes out of the weight-gradient GEMM's epilogue where cuBLASLt can do that.
-    if (dbias)
-      dbias_done = k::matmul_backward_weight_bias(dweight->data<float>(), dbias->data<float>(), dout.data<bf16>(),
-                                                  inp.data<bf16>(), to_int(M, op, "M"), to_int(K, op, "K"),
-                                                  to_int(N, op, "N"), accumulate_dinp, s);
-    if (!dbias_done)
-      k::matmul_backward_weight(dweight->data<float>(), dout.data<bf16>(), inp.data<bf16>(), to_int(M, op, "M"),
-                                to_int(K, op, "K"), to_int(N, op, "N"), accumulate_dinp, s);
+    k::matmul_backward_weight(dweight->data<float>(), dout.data<bf16>(), inp.data<bf16>(), to_int(M, op, "M"),
+                              to_int(K, op, "K"), to_int(N, op, "N"), accumulate_dinp, s);
   }
-  if (dbias && !dbias_done)
+  if (dbias) {
+    expect(*dbias, DType::f32, op, "dbias");
+    expect_numel(*dbias, N, op, "dbias");
     k::matmul_backward_bias(dbias->data<float>(), dout.data<bf16>(), to_int(M, op, "M"), to_int(N, op, "N"), s);
+  }
 }
 
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& w, const Tensor& b) {

@@ -394,21 +394,15 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
         Tensor& dx = *x_grad.cell;
         expect_cuda(dx, DType::bf16, "the input gradient", st.name);
         if (prologue.kind == k::Fp8CastInput::gelu) {
-          const Tensor pre = pre_kept ? value_of(pre_kept) : fp8_restore(pre_saved, MemCategory::workspace);
-          const k::MatmulOperand dy_op{dyq.raw(), bwd, &sdy->scale_inv};
-          const k::MatmulOperand w_op{st.weight_fp8_t.raw(), fwd, &slot(slots, Fp8Role::weight)->scale_inv};
-          // A new dx straight from the GEMM's DGELU epilogue, dx = (dy @ w) * gelu'(x), where
-          // cuBLASLt has that FP8 algorithm (one bf16 rounding fewer than the unfused path). Else the
-          // GEMM's output is d gelu(x), written (beta 0) into a temporary as the unfused gelu
+          // The GEMM's output is d gelu(x), written (beta 0) into a temporary as the unfused gelu
           // output's gradient would be (same bits); then dx += gelu'(x) * d gelu(x).
-          const bool fused = !accumulate && k::matmul_fp8_backward_input_dgelu(dx.data<bf16>(), dy_op, w_op,
-                                                                               pre.data<bf16>(), m, ic, oc, stream);
-          if (!fused) {
-            if (!accumulate) dx.zero_();
-            Tensor dh = Tensor::empty({M, IC}, DType::bf16, dy.device(), MemCategory::workspace);
-            k::matmul_fp8_backward_input(dh.data<bf16>(), dy_op, w_op, m, ic, oc, /*accumulate=*/false, stream);
-            cuda_ops::gelu_backward(dx, pre, dh);
-          }
+          if (!accumulate) dx.zero_();
+          Tensor dh = Tensor::empty({M, IC}, DType::bf16, dy.device(), MemCategory::workspace);
+          k::matmul_fp8_backward_input(dh.data<bf16>(), {dyq.raw(), bwd, &sdy->scale_inv},
+                                       {st.weight_fp8_t.raw(), fwd, &slot(slots, Fp8Role::weight)->scale_inv}, m,
+                                       ic, oc, /*accumulate=*/false, stream);
+          const Tensor pre = pre_kept ? value_of(pre_kept) : fp8_restore(pre_saved, MemCategory::workspace);
+          cuda_ops::gelu_backward(dx, pre, dh);
         } else {
           // dx (M, IC) (+)= dy (M, OC) @ w (OC, IC), with w^T (IC, OC) as the K-major operand
           k::matmul_fp8_backward_input(dx.data<bf16>(), {dyq.raw(), bwd, &sdy->scale_inv},
