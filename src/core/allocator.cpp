@@ -34,6 +34,11 @@ std::string MemoryStats::breakdown() const {
   return s;
 }
 
+bool pool_block_fits(size_t block, size_t rounded) {
+  if (block < rounded) return false;
+  return rounded < (size_t{1} << 20) ? block <= 2 * rounded : block <= rounded + rounded / 8;
+}
+
 size_t round_block_size(size_t bytes) {
   constexpr size_t kSmall = 1 << 10, kLarge = 2 << 20;
   if (bytes == 0) bytes = 1;

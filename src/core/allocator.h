@@ -74,4 +74,10 @@ Allocator& allocator_for(Device d);
 // Rounded block size used by the pools (1 KiB granularity under 1 MiB, 2 MiB above).
 size_t round_block_size(size_t bytes);
 
+// Whether a cached block of `block` bytes may serve a request rounded to `rounded` bytes: at least that
+// big, and at most twice it under 1 MiB but only 1/8 more above (a large block handed to a much
+// smaller request is memory the pool holds and nobody uses: at GPT-2 124M with micro-batch 719, the
+// old "up to twice" rule left 17 GiB of 138 in such blocks and the run ran out of memory).
+bool pool_block_fits(size_t block, size_t rounded);
+
 }  // namespace fp8t

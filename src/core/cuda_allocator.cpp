@@ -35,8 +35,8 @@ class CudaAllocator final : public Allocator {
  protected:
   void* raw_allocate(size_t bytes, MemCategory cat) override {
     const size_t sz = round_block_size(bytes);
-    // Best fit, but never hand out a block more than twice the size asked (large blocks stay for large asks).
-    if (auto it = free_.lower_bound(sz); it != free_.end() && it->first <= 2 * sz) {
+    // Best fit, within pool_block_fits (large blocks stay for large asks).
+    if (auto it = free_.lower_bound(sz); it != free_.end() && pool_block_fits(it->first, sz)) {
       void* p = it->second;
       block_size_[p] = it->first;
       free_.erase(it);

@@ -31,6 +31,21 @@ TEST_CASE("device allocator accounts by category and reuses blocks", "[gpu][allo
   CHECK(a.stats().cur(MemCategory::optimizer) == before.cur(MemCategory::optimizer));
 }
 
+TEST_CASE("device allocator keeps large cached blocks for large requests", "[gpu][allocator]") {
+  Allocator& a = allocator_for(kGpu);
+  a.release_cached();
+  void* big = a.allocate(64 << 20, MemCategory::activations);
+  a.deallocate(big, 64 << 20, MemCategory::activations);
+  const int64_t reserved = a.stats().reserved;
+  void* small = a.allocate(40 << 20, MemCategory::activations);  // must not take the 64 MiB block
+  CHECK(small != big);
+  CHECK(a.stats().reserved == reserved + (40 << 20));
+  void* again = a.allocate(64 << 20, MemCategory::activations);  // which is still there
+  CHECK(again == big);
+  a.deallocate(small, 40 << 20, MemCategory::activations);
+  a.deallocate(again, 64 << 20, MemCategory::activations);
+}
+
 TEST_CASE("device out-of-memory report names the category and what to change", "[gpu][allocator]") {
   Allocator& a = allocator_for(kGpu);
   const size_t pib = size_t{1} << 50;
