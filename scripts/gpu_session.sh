@@ -2,7 +2,7 @@
 # One GPU-machine session: build, GPU tests, a GPU training smoke run, and side-by-side benchmarks.
 # Usage (on the GPU machine, repo root): scripts/gpu_session.sh [MODEL:B:PRECS ...], e.g. d12:32:bf16,fp8 d48:16:bf16
 # Environment: SKIP_TESTS=1, PARITY=1 (loss parity runs), PLAN=1 (memory plans), FIT=1 (run the largest
-# micro-batch the plans found), ATTN=1 (attention bench),
+# micro-batch the plans found), ATTN=1 (attention bench), PROFILE=1 (per-kernel profiles at 1.5B's width),
 # STEPS (benchmark steps, default 30), PEER_MODE (default compile), BUDGET (seconds for the whole script, default 560).
 # Logs go to $OUT (or ./gpu-out). Keeps NCCL_NVLS_ENABLE=0.
 set -uo pipefail
@@ -56,6 +56,13 @@ fi
 # Attention kernels alone (ATTN=1): the [.bench] throughput case against the CPU-checked kernels.
 if [ "${ATTN:-0}" = 1 ]; then
   build-gpu/tests/fp8t_gpu_tests "attention throughput" 2>&1 | tail -12 | tee "$OUT/attention_bench.txt"
+fi
+# Per-kernel profiles (PROFILE=1): GPT-2 1.5B's width (C 1600, B 16) with 4 layers instead of 48, BF16 and
+# FP8: per-layer kernel times are those of the full model (multiply by 12), in a fraction of Nsight's time.
+if [ "${PROFILE:-0}" = 1 ]; then
+  for cfg in configs/gpt2-1.5b-bf16.yaml configs/gpt2-1.5b-fp8.yaml; do
+    OUT="$OUT" bash scripts/bench/profile_step.sh "$cfg" 16 --set model.n_layer=4 2>&1 | head -45 | tee -a "$OUT/profile.txt"
+  done
 fi
 # Benchmarks: each argument is MODEL:B:PRECISIONS, e.g. d12:32:bf16,fp8 (variants: bf16+ln, fp8+all)
 for spec in "$@"; do
