@@ -120,9 +120,9 @@ struct Plan {
   MatrixLayout a, b, d;
   cublasLtMatmulAlgo_t algo{};
   // Autotuning: the heuristic's candidates, timed on the first call that has real operands.
+  // More than one: still to be timed (autotune() then clears them).
   std::array<cublasLtMatmulAlgo_t, 8> candidates{};
   int num_candidates = 0;
-  bool tuned = true;
 };
 
 bool g_autotune = false;  // set by the trainer before the first GEMM
@@ -211,7 +211,6 @@ Plan& get_plan(DeviceContext& ctx, const PlanKey& key) {
   plan->algo = results[0].algo;
   for (int i = 0; i < found; ++i)
     if (i == 0 || results[i].state == CUBLAS_STATUS_SUCCESS) plan->candidates[plan->num_candidates++] = results[i].algo;
-  plan->tuned = plan->num_candidates < 2;
   Plan& p = *plan;
   ctx.plans[key] = std::move(plan);
   return p;
@@ -222,7 +221,6 @@ Plan& get_plan(DeviceContext& ctx, const PlanKey& key) {
 // call's own D (read as C when beta != 0) is untouched; the caller then runs the chosen algorithm.
 void autotune(DeviceContext& ctx, Plan& plan, const PlanKey& key, const void* a, const void* b, const void* c,
               bool aux_is_output, float alpha, float beta, cudaStream_t stream) {
-  plan.tuned = true;
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   Allocator& alloc = allocator_for(Device::cuda(dev));
@@ -300,7 +298,7 @@ void matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, con
   if (has_aux) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   if (a.scale) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a.scale);
   if (b.scale) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b.scale);
-  if (!plan.tuned) {
+  if (plan.num_candidates > 1) {
     autotune(ctx, plan, key, a.data, b.data, d, epilogue == MatmulEpilogue::gelu_aux_bias, alpha, beta, stream);
     if (has_aux) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   }

@@ -52,21 +52,26 @@ TEST_CASE("matmul GELU + bias epilogue", "[gpu][matmul]") {
   CHECK(rel_err(download(aux), pre) < 1e-2);
 }
 
+namespace {
+// matmul_backward adding into existing dinp, dweight and dbias, against the CPU on the same inputs.
+void check_backward_accumulates(int64_t M, int64_t K, int64_t N) {
+  const auto x = round_bf16(randn(M * K)), w = round_bf16(randn(N * K, 0.05f)), dy = round_bf16(randn(M * N));
+  std::vector<float> gx(M * K, 0.0f), gw(N * K, 0.0f), gb(N, 0.0f);
+  cpu::matmul_backward(gx.data(), gw.data(), gb.data(), dy.data(), x.data(), w.data(), M, K, N);
+  auto dx0 = round_bf16(randn(M * K, float(rms(gx)))), dw0 = randn(N * K, float(rms(gw))), db0 = randn(N, float(rms(gb)));
+  Tensor dx = upload(dx0, {M, K}, DType::bf16), dw = upload(dw0, {N, K}, DType::f32), db = upload(db0, {N}, DType::f32);
+  cuda_ops::matmul_backward(&dx, &dw, &db, upload(dy, {M, N}, DType::bf16), upload(x, {M, K}, DType::bf16),
+                            upload(w, {N, K}, DType::bf16));
+  cpu::matmul_backward(dx0.data(), dw0.data(), db0.data(), dy.data(), x.data(), w.data(), M, K, N);
+  INFO("M=" << M << " K=" << K << " N=" << N);
+  CHECK(rel_err(download(dx), dx0) < 1e-2);
+  CHECK(rel_err(download(dw), dw0) < 1e-3);
+  CHECK(rel_err(download(db), db0) < 1e-4);
+}
+}  // namespace
+
 TEST_CASE("matmul backward accumulates dinp - dweight - dbias", "[gpu][matmul]") {
-  for (auto [M, K, N] : kShapes) {
-    const auto x = round_bf16(randn(M * K)), w = round_bf16(randn(N * K, 0.05f)), dy = round_bf16(randn(M * N));
-    std::vector<float> gx(M * K, 0.0f), gw(N * K, 0.0f), gb(N, 0.0f);
-    cpu::matmul_backward(gx.data(), gw.data(), gb.data(), dy.data(), x.data(), w.data(), M, K, N);
-    auto dx0 = round_bf16(randn(M * K, float(rms(gx)))), dw0 = randn(N * K, float(rms(gw))), db0 = randn(N, float(rms(gb)));
-    Tensor dx = upload(dx0, {M, K}, DType::bf16), dw = upload(dw0, {N, K}, DType::f32), db = upload(db0, {N}, DType::f32);
-    cuda_ops::matmul_backward(&dx, &dw, &db, upload(dy, {M, N}, DType::bf16), upload(x, {M, K}, DType::bf16),
-                              upload(w, {N, K}, DType::bf16));
-    cpu::matmul_backward(dx0.data(), dw0.data(), db0.data(), dy.data(), x.data(), w.data(), M, K, N);
-    INFO("M=" << M << " K=" << K << " N=" << N);
-    CHECK(rel_err(download(dx), dx0) < 1e-2);
-    CHECK(rel_err(download(dw), dw0) < 1e-3);
-    CHECK(rel_err(download(db), db0) < 1e-4);
-  }
+  for (auto [M, K, N] : kShapes) check_backward_accumulates(M, K, N);
 }
 
 TEST_CASE("matmul with autotuning - forward and accumulating backward match the CPU", "[gpu][matmul]") {
@@ -76,23 +81,13 @@ TEST_CASE("matmul with autotuning - forward and accumulating backward match the 
   const Shape3 shapes[] = {{96, 256, 320}, {2048, 1024, 1536}, {333, 48, 80}};
   for (auto [M, K, N] : shapes) {
     const auto x = round_bf16(randn(M * K)), w = round_bf16(randn(N * K, 0.05f)), b = round_bf16(randn(N));
-    const auto dy = round_bf16(randn(M * N));
     std::vector<float> ref(M * N);
     cpu::matmul_forward(ref.data(), x.data(), w.data(), b.data(), M, K, N);
     Tensor out = poisoned({M, N}, DType::bf16), tb = upload(b, {N}, DType::bf16);
     cuda_ops::matmul_forward(out, upload(x, {M, K}, DType::bf16), upload(w, {N, K}, DType::bf16), &tb);
     INFO("M=" << M << " K=" << K << " N=" << N);
     CHECK(rel_err(download(out), ref) < 1e-2);
-    std::vector<float> gx(M * K, 0.0f), gw(N * K, 0.0f), gb(N, 0.0f);
-    cpu::matmul_backward(gx.data(), gw.data(), gb.data(), dy.data(), x.data(), w.data(), M, K, N);
-    auto dx0 = round_bf16(randn(M * K, float(rms(gx)))), dw0 = randn(N * K, float(rms(gw))), db0 = randn(N, float(rms(gb)));
-    Tensor dx = upload(dx0, {M, K}, DType::bf16), dw = upload(dw0, {N, K}, DType::f32), db = upload(db0, {N}, DType::f32);
-    cuda_ops::matmul_backward(&dx, &dw, &db, upload(dy, {M, N}, DType::bf16), upload(x, {M, K}, DType::bf16),
-                              upload(w, {N, K}, DType::bf16));
-    cpu::matmul_backward(dx0.data(), dw0.data(), db0.data(), dy.data(), x.data(), w.data(), M, K, N);
-    CHECK(rel_err(download(dx), dx0) < 1e-2);
-    CHECK(rel_err(download(dw), dw0) < 1e-3);
-    CHECK(rel_err(download(db), db0) < 1e-4);
+    check_backward_accumulates(M, K, N);
   }
   kernels::set_matmul_autotune(false);
 }
