@@ -196,7 +196,7 @@ Fp8DeviceSlot* slot(Fp8DeviceSlot* slots, Fp8Role r) { return slots + static_cas
 // ln holding the LayerNorm operands) and the scale from it, on the device, into the slot before the
 // cast. Delayed scaling: the slot already holds the step's scale.
 void prepare_scale(const Fp8TensorMeta& meta, Fp8DeviceSlot* s, const Tensor& t, cudaStream_t stream,
-                   k::Fp8CastInput input = k::Fp8CastInput::as_is, k::Fp8CastLayerNorm ln = {}) {
+                   k::Fp8CastInput input = k::Fp8CastInput::as_is, k::Fp8CastOperands ln = {}) {
   if (meta.scaling != Fp8Scaling::current) return;
   CUDA_CHECK(cudaMemsetAsync(&s->amax_now, 0, sizeof(float), stream));
   k::fp8_amax(t.raw(), t.dtype(), t.numel(), &s->amax_now, stream, input, t.dim(-1), ln);
@@ -287,7 +287,7 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   const Tensor x2 = xv.view({M, IC});
   // layernorm_input: the (M) statistics the cast normalizes with, which the LayerNorm backward reads.
   Tensor ln_mean, ln_rstd;
-  k::Fp8CastLayerNorm ln_operands;
+  k::Fp8CastOperands ln_operands;
   if (ln_input) {
     const MemCategory cat = in_needs_grad ? MemCategory::activations : MemCategory::workspace;
     ln_mean = Tensor::empty({M}, DType::f32, xv.device(), cat);
