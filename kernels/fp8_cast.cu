@@ -36,15 +36,24 @@ __device__ __forceinline__ void load8(const float* p, float (&x)[8]) {
   for (int j = 0; j < 4; ++j) x[j] = v0.v[j], x[j + 4] = v1.v[j];
 }
 
-// The value a cast reads for element (r, c) of the input, x: x, or what the unfused kernel stores for
-// it (gelu_forward's or layernorm_forward's bf16 rounding of the shared device arithmetic), so the
-// fused cast sees the unfused cast's input bit for bit. r and c matter only to layernorm.
+// The dgelu prologue's value for the gradient d of gelu(pre): gelu_backward's bf16 rounding into a
+// zero-filled gradient (acc = +0). Zero padding stays zero: gelu'(0) * 0 + 0 = +0.
+__device__ __forceinline__ float dgelu_value_bf16(float d, float pre) {
+  return __bfloat162float(__float2bfloat16_rn(gelu_backward_value(0.0f, pre, d)));
+}
+
+// The value a cast reads for element i = (r, c) of the input, x: x, or what the unfused kernel stores
+// for it (gelu_forward's, layernorm_forward's or gelu_backward's bf16 rounding of the shared device
+// arithmetic), so the fused cast sees the unfused cast's input bit for bit. r and c matter only to
+// layernorm, the flat index i only to dgelu.
 template <Fp8CastInput kIn>
-__device__ __forceinline__ float cast_input(float x, int64_t r, int64_t c, const Fp8CastLayerNorm& ln) {
+__device__ __forceinline__ float cast_input(float x, int64_t i, int64_t r, int64_t c, const Fp8CastOperands& ops) {
   if constexpr (kIn == Fp8CastInput::gelu) {
     return __bfloat162float(__float2bfloat16_rn(gelu(x)));
   } else if constexpr (kIn == Fp8CastInput::layernorm) {
-    return layernorm_value_bf16(x, ln.mean[r], ln.rstd[r], __bfloat162float(ln.w[c]), __bfloat162float(ln.b[c]));
+    return layernorm_value_bf16(x, ops.mean[r], ops.rstd[r], __bfloat162float(ops.w[c]), __bfloat162float(ops.b[c]));
+  } else if constexpr (kIn == Fp8CastInput::dgelu) {
+    return dgelu_value_bf16(x, __bfloat162float(ops.pre[i]));
   } else {
     return x;
   }
@@ -169,12 +178,15 @@ __device__ __forceinline__ int chunk_slot(int c, int q) { return c * kChunks + (
 // to any statistic) and are never stored. kIn gelu: every element read is replaced by cast_input (the
 // zero padding too: gelu(+0) = +0); the colsum, if any, would sum those values. kIn layernorm: every
 // element inside the matrix is replaced by its LayerNorm value (the padding stays zero: LayerNorm would
-// turn it into b[c]); the thread's 8 columns of ln.w and ln.b and its 4 rows' statistics are read once.
+// turn it into b[c]); the thread's 8 columns of ops.w and ops.b and its 4 rows' statistics are read once.
+// kIn dgelu: ops.pre is read beside in (16-byte loads too: kVec also needs it 16-byte aligned), its
+// padding zero as well, and every element read is replaced by dgelu_value_bf16 (padding stays zero);
+// the colsum sums those values.
 template <Fp8Format F, typename T, bool kVec, bool kColsum, Fp8CastInput kIn>
 __global__ void __launch_bounds__(kThreads)
     cast_transpose_kernel(const T* __restrict__ in, uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
                           int64_t rows, int64_t cols, bool vec_t, const float* __restrict__ scale_ptr,
-                          Fp8CastOutputs stats, Fp8CastLayerNorm ln) {
+                          Fp8CastOutputs stats, Fp8CastOperands ops) {
   __shared__ uint4 s_t[kTileCols * kChunks];              // (tile cols, kChunks) chunks, swizzled
   __shared__ float s_colsum[kThreads / 32][kTileCols];    // (warps, tile cols) partial column sums
   const float scale = *scale_ptr;
@@ -193,19 +205,30 @@ __global__ void __launch_bounds__(kThreads)
       if (r < rows && c < cols) load8(in + r * cols + c, x[j]);  // cols % 8 == 0: all 8 or none inside
       else for (float& e : x[j]) e = 0.0f;
     }
+    if constexpr (kIn == Fp8CastInput::dgelu) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t r = r0 + 4 * ty + j;
+        float pre[8];  // (8) the GELU's input beside the row's 8 gradients
+        if (r < rows && c < cols) load8(ops.pre + r * cols + c, pre);
+        else for (float& e : pre) e = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) x[j][e] = dgelu_value_bf16(x[j][e], pre[e]);
+      }
+    }
     if constexpr (kIn == Fp8CastInput::layernorm) {
       if (c < cols) {
         float lw[8], lb[8];  // (8) the LayerNorm weight and bias of the thread's columns
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          lw[e] = __bfloat162float(ln.w[c + e]);
-          lb[e] = __bfloat162float(ln.b[c + e]);
+          lw[e] = __bfloat162float(ops.w[c + e]);
+          lb[e] = __bfloat162float(ops.b[c + e]);
         }
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int64_t r = r0 + 4 * ty + j;
           if (r < rows) {
-            const float m = ln.mean[r], s = ln.rstd[r];
+            const float m = ops.mean[r], s = ops.rstd[r];
 #pragma unroll
             for (int e = 0; e < 8; ++e) x[j][e] = layernorm_value_bf16(x[j][e], m, s, lw[e], lb[e]);
           }
@@ -216,7 +239,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < 4; ++j) {
       if constexpr (kIn == Fp8CastInput::gelu) {
 #pragma unroll
-        for (float& e : x[j]) e = cast_input<kIn>(e, 0, 0, ln);
+        for (float& e : x[j]) e = cast_input<kIn>(e, 0, 0, 0, ops);
       }
       codes[j] = convert8<F>(x[j], scale, st);
       if constexpr (kColsum) {
@@ -230,8 +253,10 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t r = r0 + 4 * ty + j;
       float x[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e)
-        x[e] = r < rows && c + e < cols ? cast_input<kIn>(to_float(in[r * cols + c + e]), r, c + e, ln) : 0.0f;
+      for (int e = 0; e < 8; ++e) {
+        const int64_t i = r * cols + c + e;
+        x[e] = r < rows && c + e < cols ? cast_input<kIn>(to_float(in[i]), i, r, c + e, ops) : 0.0f;
+      }
       codes[j] = convert8<F>(x, scale, st);
       if constexpr (kColsum) {
 #pragma unroll
@@ -341,21 +366,21 @@ __global__ void __launch_bounds__(kThreads)
 // row's statistics are read once per block; the others ignore cols and stride over elements.
 template <typename T, Fp8CastInput kIn>
 __global__ void __launch_bounds__(kThreads)
-    amax_kernel(const T* in, int64_t n, int64_t cols, Fp8CastLayerNorm ln, float* amax) {
+    amax_kernel(const T* in, int64_t n, int64_t cols, Fp8CastOperands ops, float* amax) {
   ThreadStats st;
   if constexpr (kIn == Fp8CastInput::layernorm) {
     const int64_t rows = n / cols;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-      const float m = ln.mean[r], s = ln.rstd[r];
+      const float m = ops.mean[r], s = ops.rstd[r];
       for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
-        const float x = layernorm_value_bf16(to_float(in[r * cols + c]), m, s, __bfloat162float(ln.w[c]),
-                                             __bfloat162float(ln.b[c]));
+        const float x = layernorm_value_bf16(to_float(in[r * cols + c]), m, s, __bfloat162float(ops.w[c]),
+                                             __bfloat162float(ops.b[c]));
         st.add(x, 0.0f, 0.0f);
       }
     }
   } else {
     for (int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads) {
-      const float x = cast_input<kIn>(to_float(in[i]), 0, 0, ln);
+      const float x = cast_input<kIn>(to_float(in[i]), i, 0, 0, ops);
       st.add(x, 0.0f, 0.0f);
     }
   }
@@ -388,29 +413,35 @@ bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0
 
 // The flat cast does not know columns, so a cast that sums them takes the tiled kernel even without
 // out_t; so does a cast with a prologue (the layernorm one needs columns too; one kernel variant fewer
-// per format for gelu).
+// per format for gelu and dgelu).
 template <Fp8Format F, typename T>
 void launch_cast(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t, const float* scale,
-                 Fp8CastOutputs stats, Fp8CastInput input, const Fp8CastLayerNorm& ln, cudaStream_t stream) {
-  constexpr auto as_is = Fp8CastInput::as_is, gelu = Fp8CastInput::gelu, layernorm = Fp8CastInput::layernorm;
+                 Fp8CastOutputs stats, Fp8CastInput input, const Fp8CastOperands& ops, cudaStream_t stream) {
+  constexpr auto as_is = Fp8CastInput::as_is, gelu = Fp8CastInput::gelu, layernorm = Fp8CastInput::layernorm,
+                 dgelu = Fp8CastInput::dgelu;
   if (out_t || stats.colsum || input != as_is) {
     // (column tiles, row tiles): gridDim.y caps rows at 65535 * 128 = 8388480.
     const dim3 grid(checked_grid(ceil_div64(cols, kTileCols), kMaxGridX, "fp8_cast (tiled)", "cols (64 per tile)"),
                     checked_grid(ceil_div64(rows, kTileRows), kMaxGridYZ, "fp8_cast (tiled)", "rows (128 per tile)"));
-    const bool vec = cols % 8 == 0 && aligned16(in) && (!out || aligned8(out));
+    const bool vec = cols % 8 == 0 && aligned16(in) && (!out || aligned8(out)) && (input != dgelu || aligned16(ops.pre));
     const bool vec_t = rows % 16 == 0 && aligned16(out_t);
     auto kernel = stats.colsum ? (vec ? cast_transpose_kernel<F, T, true, true, as_is>
                                       : cast_transpose_kernel<F, T, false, true, as_is>)
                                : (vec ? cast_transpose_kernel<F, T, true, false, as_is>
                                       : cast_transpose_kernel<F, T, false, false, as_is>);
-    if constexpr (std::is_same_v<T, bf16>) {  // the prologues: bf16 only and no colsum (checked by fp8_cast)
+    if constexpr (std::is_same_v<T, bf16>) {  // the prologues: bf16 only, colsum only with dgelu (checked by fp8_cast)
       if (input == gelu)
         kernel = vec ? cast_transpose_kernel<F, T, true, false, gelu> : cast_transpose_kernel<F, T, false, false, gelu>;
       else if (input == layernorm)
         kernel = vec ? cast_transpose_kernel<F, T, true, false, layernorm>
                      : cast_transpose_kernel<F, T, false, false, layernorm>;
+      else if (input == dgelu)
+        kernel = stats.colsum ? (vec ? cast_transpose_kernel<F, T, true, true, dgelu>
+                                     : cast_transpose_kernel<F, T, false, true, dgelu>)
+                              : (vec ? cast_transpose_kernel<F, T, true, false, dgelu>
+                                     : cast_transpose_kernel<F, T, false, false, dgelu>);
     }
-    kernel<<<grid, kThreads, 0, stream>>>(in, out, out_t, rows, cols, vec_t, scale, stats, ln);
+    kernel<<<grid, kThreads, 0, stream>>>(in, out, out_t, rows, cols, vec_t, scale, stats, ops);
   } else {
     const int64_t n = rows * cols;
     if (aligned16(in) && aligned8(out))
@@ -423,12 +454,12 @@ void launch_cast(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t*
 
 template <typename T>
 void dispatch_format(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t, Fp8Format format,
-                     const float* scale, Fp8CastOutputs stats, Fp8CastInput input, const Fp8CastLayerNorm& ln,
+                     const float* scale, Fp8CastOutputs stats, Fp8CastInput input, const Fp8CastOperands& ops,
                      cudaStream_t stream) {
   if (format == Fp8Format::e4m3)
-    launch_cast<Fp8Format::e4m3>(in, rows, cols, out, out_t, scale, stats, input, ln, stream);
+    launch_cast<Fp8Format::e4m3>(in, rows, cols, out, out_t, scale, stats, input, ops, stream);
   else
-    launch_cast<Fp8Format::e5m2>(in, rows, cols, out, out_t, scale, stats, input, ln, stream);
+    launch_cast<Fp8Format::e5m2>(in, rows, cols, out, out_t, scale, stats, input, ops, stream);
 }
 
 }  // namespace
@@ -438,41 +469,47 @@ void dispatch_format(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint
 
 void fp8_cast(const void* in, DType in_dtype, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t,
               Fp8Format format, const float* scale, Fp8CastOutputs stats, cudaStream_t stream,
-              Fp8CastInput input, Fp8CastLayerNorm ln) {
+              Fp8CastInput input, Fp8CastOperands ops) {
   FP8T_CHECK(rows > 0 && cols > 0, "fp8_cast: bad sizes rows={} cols={}", rows, cols);
   FP8T_CHECK(out || out_t, "fp8_cast: neither an output nor a transposed output");
   FP8T_CHECK(scale != nullptr, "fp8_cast: the scale pointer is null");
-  FP8T_CHECK(input == Fp8CastInput::as_is || (in_dtype == DType::bf16 && !stats.colsum),
-             "fp8_cast: a prologue (GELU, LayerNorm) takes bf16 input (its kernel's dtype) and no column sums, got {}",
+  FP8T_CHECK(input == Fp8CastInput::as_is || in_dtype == DType::bf16,
+             "fp8_cast: a prologue (GELU, LayerNorm, GELU backward) takes bf16 input (its kernel's dtype), got {}",
              dtype_name(in_dtype));
-  FP8T_CHECK(input != Fp8CastInput::layernorm || (ln.mean && ln.rstd && ln.w && ln.b),
+  FP8T_CHECK(!stats.colsum || input == Fp8CastInput::as_is || input == Fp8CastInput::dgelu,
+             "fp8_cast: column sums go with the plain cast or the GELU backward prologue only");
+  FP8T_CHECK(input != Fp8CastInput::layernorm || (ops.mean && ops.rstd && ops.w && ops.b),
              "fp8_cast: the LayerNorm prologue needs mean, rstd, w and b");
+  FP8T_CHECK(input != Fp8CastInput::dgelu || ops.pre, "fp8_cast: the GELU backward prologue needs pre");
   if (in_dtype == DType::bf16)
-    dispatch_format(static_cast<const bf16*>(in), rows, cols, out, out_t, format, scale, stats, input, ln, stream);
+    dispatch_format(static_cast<const bf16*>(in), rows, cols, out, out_t, format, scale, stats, input, ops, stream);
   else if (in_dtype == DType::f32)
-    dispatch_format(static_cast<const float*>(in), rows, cols, out, out_t, format, scale, stats, input, ln, stream);
+    dispatch_format(static_cast<const float*>(in), rows, cols, out, out_t, format, scale, stats, input, ops, stream);
   else
     FP8T_FAIL("fp8_cast: input must be bf16 or f32, got {}", dtype_name(in_dtype));
 }
 
 void fp8_amax(const void* in, DType in_dtype, int64_t n, float* amax, cudaStream_t stream, Fp8CastInput input,
-              int64_t cols, Fp8CastLayerNorm ln) {
+              int64_t cols, Fp8CastOperands ops) {
   FP8T_CHECK(n > 0 && amax, "fp8_amax: bad arguments n={}", n);
   FP8T_CHECK(input == Fp8CastInput::as_is || in_dtype == DType::bf16,
-             "fp8_amax: a prologue (GELU, LayerNorm) takes bf16 input, got {}", dtype_name(in_dtype));
-  FP8T_CHECK(input != Fp8CastInput::layernorm || (cols > 0 && n % cols == 0 && ln.mean && ln.rstd && ln.w && ln.b),
+             "fp8_amax: a prologue (GELU, LayerNorm, GELU backward) takes bf16 input, got {}", dtype_name(in_dtype));
+  FP8T_CHECK(input != Fp8CastInput::layernorm || (cols > 0 && n % cols == 0 && ops.mean && ops.rstd && ops.w && ops.b),
              "fp8_amax: the LayerNorm prologue needs cols dividing n = {} (got {}) and mean, rstd, w and b", n, cols);
+  FP8T_CHECK(input != Fp8CastInput::dgelu || ops.pre, "fp8_amax: the GELU backward prologue needs pre");
   constexpr auto as_is = Fp8CastInput::as_is;
   const auto* in_bf16 = static_cast<const bf16*>(in);
   if (input == Fp8CastInput::layernorm) {
     const int blocks = static_cast<int>(std::clamp<int64_t>(n / cols, 1, 4096));
-    amax_kernel<bf16, Fp8CastInput::layernorm><<<blocks, kThreads, 0, stream>>>(in_bf16, n, cols, ln, amax);
+    amax_kernel<bf16, Fp8CastInput::layernorm><<<blocks, kThreads, 0, stream>>>(in_bf16, n, cols, ops, amax);
   } else if (input == Fp8CastInput::gelu) {
-    amax_kernel<bf16, Fp8CastInput::gelu><<<grid_for(n), kThreads, 0, stream>>>(in_bf16, n, cols, ln, amax);
+    amax_kernel<bf16, Fp8CastInput::gelu><<<grid_for(n), kThreads, 0, stream>>>(in_bf16, n, cols, ops, amax);
+  } else if (input == Fp8CastInput::dgelu) {
+    amax_kernel<bf16, Fp8CastInput::dgelu><<<grid_for(n), kThreads, 0, stream>>>(in_bf16, n, cols, ops, amax);
   } else if (in_dtype == DType::bf16) {
-    amax_kernel<bf16, as_is><<<grid_for(n), kThreads, 0, stream>>>(in_bf16, n, cols, ln, amax);
+    amax_kernel<bf16, as_is><<<grid_for(n), kThreads, 0, stream>>>(in_bf16, n, cols, ops, amax);
   } else if (in_dtype == DType::f32) {
-    amax_kernel<float, as_is><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), n, cols, ln, amax);
+    amax_kernel<float, as_is><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), n, cols, ops, amax);
   } else {
     FP8T_FAIL("fp8_amax: input must be bf16 or f32, got {}", dtype_name(in_dtype));
   }

@@ -32,36 +32,42 @@ struct Fp8CastOutputs {
 //   bf16_rn((x[r, c] - mean[r]) * rstd[r] * w[c] + b[c]) with the arithmetic of
 //   kernels/layernorm_math.cuh, what layernorm_forward (kernels/layernorm.cuh) writes, given the mean and
 //   rstd of layernorm_stats (a LayerNorm fused into the input cast of the linear that follows it).
-enum class Fp8CastInput { as_is, gelu, layernorm };
+// dgelu: in (rows, cols) is d gelu(pre), the gradient of a GELU's output, and element (r, c) reads
+//   bf16_rn(gelu'(pre[r, c]) * in[r, c]) with the arithmetic of kernels/gelu_math.cuh, what
+//   gelu_backward (kernels/gelu.cuh) writes into a zero-filled gradient (the FP8 MLP's GELU backward
+//   fused into fc's output-gradient cast, so pre's gradient is never written).
+enum class Fp8CastInput { as_is, gelu, layernorm, dgelu };
 
-// The operands of the layernorm prologue (all null for the others): the per-row statistics
-// (layernorm_stats) and the per-column weight and bias of the LayerNorm.
-struct Fp8CastLayerNorm {
-  const float* mean = nullptr;          // (rows) f32
-  const float* rstd = nullptr;          // (rows) f32
-  const __nv_bfloat16* w = nullptr;     // (cols) bf16
-  const __nv_bfloat16* b = nullptr;     // (cols) bf16
+// The operands of the layernorm and dgelu prologues (null where unused): the LayerNorm's per-row
+// statistics (layernorm_stats) and per-column weight and bias, and the GELU's input for dgelu.
+struct Fp8CastOperands {
+  const float* mean = nullptr;          // layernorm: (rows) f32
+  const float* rstd = nullptr;          // layernorm: (rows) f32
+  const __nv_bfloat16* w = nullptr;     // layernorm: (cols) bf16
+  const __nv_bfloat16* b = nullptr;     // layernorm: (cols) bf16
+  const __nv_bfloat16* pre = nullptr;   // dgelu: (rows, cols) bf16, the GELU's input
 };
 
 // in (rows, cols) bf16 or f32, row-major. codes[i] = float_to_fp8(in[i] * *scale) bit-exactly as the
 // host codec (RNE, satfinite, NaN -> 0x7F for E4M3 / 0x7E for E5M2). out (rows, cols) and out_t
 // (cols, rows) may each be null (not both). A cast with stats.colsum set always runs the tiled
 // (cast + transpose) kernel, which knows columns; without out_t it just skips the transposed stores.
-// input gelu or layernorm: the cast reads the prologue's values (see Fp8CastInput; ln holds the
-// layernorm operands); always the tiled kernel, and no colsum.
+// input gelu, layernorm or dgelu: the cast reads the prologue's values (see Fp8CastInput; ops holds
+// their operands); always the tiled kernel; colsum only with dgelu (it sums the values the cast reads:
+// fc's bias gradient).
 void fp8_cast(const void* in, DType in_dtype, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t,
               Fp8Format format, const float* scale, Fp8CastOutputs stats, cudaStream_t stream,
-              Fp8CastInput input = Fp8CastInput::as_is, Fp8CastLayerNorm ln = {});
+              Fp8CastInput input = Fp8CastInput::as_is, Fp8CastOperands ops = {});
 
 // out (n) bf16 = fp8_to_float(codes[i]) * *scale_inv, rounded to nearest even (as the host codec).
 void fp8_dequantize(const uint8_t* codes, Fp8Format format, int64_t n, const float* scale_inv, __nv_bfloat16* out,
                     cudaStream_t stream);
 
 // *amax = max(*amax, max |in|) with NaN sticking (the caller zeroes *amax first), in (n) seen as (n / cols,
-// cols). input gelu or layernorm: the amax of the values fp8_cast with the same input and operands reads
-// (layernorm needs the true cols; the others ignore it).
+// cols). input gelu, layernorm or dgelu: the amax of the values fp8_cast with the same input and operands
+// reads (layernorm needs the true cols; the others ignore it).
 void fp8_amax(const void* in, DType in_dtype, int64_t n, float* amax, cudaStream_t stream,
-              Fp8CastInput input = Fp8CastInput::as_is, int64_t cols = 1, Fp8CastLayerNorm ln = {});
+              Fp8CastInput input = Fp8CastInput::as_is, int64_t cols = 1, Fp8CastOperands ops = {});
 
 // Current scaling on the device: *scale = fp8_scale_from_amax(*amax, fmax, margin, *scale) and
 // *scale_inv = 1 / *scale, bit-exactly as the host function (src/fp8/scaling.h).

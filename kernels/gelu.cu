@@ -33,13 +33,13 @@ __global__ void gelu_backward_kernel(bf16* dinp, const bf16* inp, const bf16* do
     V y;
 #pragma unroll
     for (int k = 0; k < V::size; ++k)
-      y.v[k] = __float2bfloat16_rn(__bfloat162float(acc.v[k]) +
-                                   gelu_grad(__bfloat162float(x.v[k])) * __bfloat162float(d.v[k]));
+      y.v[k] = __float2bfloat16_rn(
+          gelu_backward_value(__bfloat162float(acc.v[k]), __bfloat162float(x.v[k]), __bfloat162float(d.v[k])));
     y.store(dinp + i * V::size);
   }
   for (size_t i = nvec * V::size + tid; i < n; i += stride)
-    dinp[i] = __float2bfloat16_rn(__bfloat162float(dinp[i]) +
-                                  gelu_grad(__bfloat162float(inp[i])) * __bfloat162float(dout[i]));
+    dinp[i] = __float2bfloat16_rn(
+        gelu_backward_value(__bfloat162float(dinp[i]), __bfloat162float(inp[i]), __bfloat162float(dout[i])));
 }
 
 constexpr int kThreads = 256;

@@ -19,12 +19,23 @@ __device__ __forceinline__ float gelu(float x) {
   return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(u)));
 }
 
-// d gelu / dx; only the GELU backward kernel uses it.
+// d gelu / dx, spelled with _rn intrinsics for the same reason as gelu(): the ones nvcc 13 chose for
+// the plain expression 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t = tanh(u),
+// so the GELU backward kernel keeps its values and the FP8 cast's dgelu prologue computes the same bits.
 __device__ __forceinline__ float gelu_grad(float x) {
-  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  const float u = __fmul_rn(kGeluScale, __fmaf_rn(__fmul_rn(__fmul_rn(kGeluCubic, x), x), x, x));
   const float t = tanhf(u);
-  const float sech2 = 1.0f - t * t;
-  return 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+  const float sech2 = __fsub_rn(1.0f, __fmul_rn(t, t));
+  const float slope = __fmul_rn(__fmul_rn(__fmul_rn(0.5f, x), sech2), kGeluScale);
+  const float poly = __fmaf_rn(__fmul_rn(3.0f * kGeluCubic, x), x, 1.0f);
+  return __fmaf_rn(__fadd_rn(1.0f, t), 0.5f, __fmul_rn(poly, slope));
+}
+
+// The GELU backward of one element: acc + gelu'(x) * d in one rounding (what the GELU backward kernel
+// adds into its gradient acc; the dgelu prologue passes acc = +0, a zero-filled gradient, so a zero
+// product gives +0 there too).
+__device__ __forceinline__ float gelu_backward_value(float acc, float x, float d) {
+  return __fmaf_rn(d, gelu_grad(x), acc);
 }
 
 }  // namespace fp8t::kernels

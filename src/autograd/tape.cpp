@@ -10,8 +10,27 @@ namespace {
 thread_local Tape* g_tape = nullptr;
 }
 
+void settle_grad(GradCell& cell) {
+  if (!cell.pending.defined()) return;
+  FP8T_CHECK(!cell.grad.defined(), "settle_grad: a gradient both written and pending");
+  PendingGrad p = std::move(cell.pending);
+  cell.pending = PendingGrad{};
+  cell.grad = p.materialize(p.operand, p.input());
+}
+
+bool grad_exists(const GradRef& g) {
+  settle_grad(*g.cell);
+  return g.cell->grad.defined();
+}
+
+bool grad_exists(const Var& v) {
+  settle_grad(*v->grad_cell);
+  return v->grad.defined();
+}
+
 Tensor& grad_of(const Var& v) {
   // Intermediates get gradients in their own dtype; leaves are bound to the (f32) flat gradient buffer.
+  settle_grad(*v->grad_cell);
   if (!v->grad.defined()) {
     const Tensor& value = value_of(v);
     v->grad = zeros_like(value, value.dtype());
@@ -34,8 +53,10 @@ void release_for_recompute(const Var& v, std::function<Tensor()> fn) {
 }
 
 Tensor& grad_of(const GradRef& g) {
-  if (!g.cell->defined()) *g.cell = Tensor::zeros(g.shape, g.dtype, g.device, MemCategory::activations);
-  return *g.cell;
+  settle_grad(*g.cell);
+  Tensor& grad = g.cell->grad;
+  if (!grad.defined()) grad = Tensor::zeros(g.shape, g.dtype, g.device, MemCategory::activations);
+  return grad;
 }
 
 Tape* current_tape() { return g_tape; }

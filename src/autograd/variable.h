@@ -8,12 +8,30 @@
 
 namespace fp8t {
 
+// A gradient not written yet: the GELU backward of d gelu(v), left for the backward of v's producer to
+// apply inside its own pass over it (an FP8 linear's output-gradient cast, ops/fp8_linear.h), so that
+// v's gradient is never stored. Whoever else touches v's gradient gets it written first (settle_grad),
+// so correctness never depends on who reads it.
+struct PendingGrad {
+  Tensor operand;                 // d gelu(v), v's shape and dtype; undefined: nothing pending
+  std::function<Tensor()> input;  // v's value (or its FP8 round trip) for gelu'(v)
+  // v's gradient gelu'(v) * operand in a fresh tensor, bit for bit what the producer's fused pass reads.
+  std::function<Tensor(const Tensor& operand, const Tensor& input)> materialize;
+  bool defined() const { return operand.defined(); }
+};
+
+// A Var's gradient, in a cell of its own so a backward closure can hold it (GradRef) without keeping
+// the Var's value alive: an op's output is then freed as soon as no node saved it for backward.
+struct GradCell {
+  Tensor grad;               // allocated on first accumulation, or a view of the flat gradient buffer
+  PendingGrad pending;       // a gradient kept unwritten (grad is then undefined)
+  bool takes_pending = false;  // set by the Var's producer in forward: its backward consumes `pending`
+};
+
 struct VarImpl {
   Tensor value;
-  // The gradient lives in a cell of its own so a backward closure can hold it (GradRef) without
-  // keeping `value` alive: an op's output is then freed as soon as no node saved it for backward.
-  std::shared_ptr<Tensor> grad_cell = std::make_shared<Tensor>();
-  Tensor& grad = *grad_cell;  // allocated on first accumulation, or a view of the flat gradient buffer
+  std::shared_ptr<GradCell> grad_cell = std::make_shared<GradCell>();
+  Tensor& grad = grad_cell->grad;  // read it through grad_of, which writes a pending gradient first
   bool requires_grad = false;
   std::string name;
   // Set when `value` was released after the forward pass to save memory: rebuilds it (without
@@ -24,7 +42,7 @@ using Var = std::shared_ptr<VarImpl>;
 
 // A handle on a Var's gradient alone (shape, dtype and device to create it lazily).
 struct GradRef {
-  std::shared_ptr<Tensor> cell;
+  std::shared_ptr<GradCell> cell;
   Shape shape;
   DType dtype;
   Device device;
@@ -42,8 +60,16 @@ inline Var make_var(Tensor value, bool requires_grad = false, std::string name =
   return v;
 }
 
-// The gradient buffer of v, zero-filled on first use (category activations for intermediates).
+// The gradient buffer of v, zero-filled on first use (category activations for intermediates); a pending
+// gradient is written first.
 Tensor& grad_of(const Var& v);
 Tensor& grad_of(const GradRef& g);
+
+// Writes a pending gradient into cell.grad (which must be undefined then); a no-op when none is pending.
+void settle_grad(GradCell& cell);
+// Whether the gradient exists, a pending one written first: an op that can write a new gradient
+// instead of accumulating into a zero-filled one asks this.
+bool grad_exists(const GradRef& g);
+bool grad_exists(const Var& v);
 
 }  // namespace fp8t

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <memory>
+#include <utility>
 
 #include "core/check.h"
 #include "ops/cpu/reference.h"
@@ -192,11 +193,11 @@ using bf16 = __nv_bfloat16;
 
 Fp8DeviceSlot* slot(Fp8DeviceSlot* slots, Fp8Role r) { return slots + static_cast<int>(r); }
 
-// Current scaling: the amax of t (of what the cast reads: gelu(t) or layernorm(t) with those inputs,
-// ln holding the LayerNorm operands) and the scale from it, on the device, into the slot before the
-// cast. Delayed scaling: the slot already holds the step's scale.
+// Current scaling: the amax of t (of what the cast reads: the prologue's values with those operands)
+// and the scale from it, on the device, into the slot before the cast. Delayed scaling: the slot
+// already holds the step's scale.
 void prepare_scale(const Fp8TensorMeta& meta, Fp8DeviceSlot* s, const Tensor& t, cudaStream_t stream,
-                   k::Fp8CastInput input = k::Fp8CastInput::as_is, k::Fp8CastLayerNorm ln = {}) {
+                   k::Fp8CastInput input = k::Fp8CastInput::as_is, k::Fp8CastOperands ln = {}) {
   if (meta.scaling != Fp8Scaling::current) return;
   CUDA_CHECK(cudaMemsetAsync(&s->amax_now, 0, sizeof(float), stream));
   k::fp8_amax(t.raw(), t.dtype(), t.numel(), &s->amax_now, stream, input, t.dim(-1), ln);
@@ -287,7 +288,7 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   const Tensor x2 = xv.view({M, IC});
   // layernorm_input: the (M) statistics the cast normalizes with, which the LayerNorm backward reads.
   Tensor ln_mean, ln_rstd;
-  k::Fp8CastLayerNorm ln_operands;
+  k::Fp8CastOperands ln_operands;
   if (ln_input) {
     const MemCategory cat = in_needs_grad ? MemCategory::activations : MemCategory::workspace;
     ln_mean = Tensor::empty({M}, DType::f32, xv.device(), cat);
@@ -328,6 +329,9 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   if (!train) return y;
   y->requires_grad = true;
   const bool x_needs_grad = in_needs_grad;  // with a LayerNorm prologue: x's, ln_w's or ln_b's
+  // The backward below casts dy (for dgrad or wgrad) and can apply a pending GELU backward in that cast
+  // (Fp8CastInput::dgelu): an FP8 linear with a GELU input that reads y leaves y's gradient so.
+  y->grad_cell->takes_pending = x_needs_grad || w->requires_grad;
   const GradRef x_grad = grad_ref(x);  // the gradient only: x's value is not kept (but see ln_x_kept)
   Var x_kept = store_fp8 || !w->requires_grad ? Var() : x;  // bf16 storage: x is re-cast in backward
   // gelu_input: the pre-activation for the GELU backward (one of the two).
@@ -340,13 +344,28 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   current_tape()->record(node, [&st, x_grad, x_kept, pre_kept, pre_saved, prologue, ln_x_kept, ln_mean, ln_rstd,
                                 xq_t, x_scales, x_scale, x_scale_inv, x_needs_grad, w, b, yg = grad_ref(y), M, IC,
                                 OC, fwd, bwd] {
-    const Tensor& dy_full = grad_of(yg);  // the output's gradient only: its value is not kept
+    const bool need_dx = x_needs_grad, need_dw = w->requires_grad;
+    // dy is the output's gradient (its value is not kept), or with a pending GELU backward (left by the
+    // FP8 linear with a GELU input that reads y) d gelu(y), which the dy cast turns into y's gradient
+    // with the dgelu prologue: y's gradient is then never written. The bias-only path below has no cast
+    // and writes it (grad_of).
+    PendingGrad pending;
+    if ((need_dx || need_dw) && yg.cell->pending.defined()) std::swap(pending, yg.cell->pending);
+    const Tensor dy_full = pending.defined() ? pending.operand : grad_of(yg);
     expect_cuda(dy_full, DType::bf16, "the output gradient", st.name);
     const Tensor dy = dy_full.view({M, OC});
+    const Tensor dy_pre = pending.defined() ? pending.input() : Tensor();  // (M, OC) gelu's input y
+    k::Fp8CastOperands dy_ops;
+    if (dy_pre.defined()) {
+      expect_cuda(dy_pre, DType::bf16, "the GELU input of a pending gradient", st.name);
+      FP8T_CHECK(dy_pre.numel() == M * OC, "fp8_linear ({}): a pending GELU gradient's input has {} elements, not {}",
+                 st.name, dy_pre.numel(), M * OC);
+      dy_ops.pre = dy_pre.data<bf16>();
+    }
+    const k::Fp8CastInput dy_input = dy_pre.defined() ? k::Fp8CastInput::dgelu : k::Fp8CastInput::as_is;
     const cudaStream_t stream = k::compute_stream();
     Fp8DeviceSlot* slots = st.device.slots(dy.device(), st.metas());
     Fp8DeviceSlot* sdy = slot(slots, Fp8Role::grad_output);
-    const bool need_dx = x_needs_grad, need_dw = w->requires_grad;
     const int m = static_cast<int>(M), ic = static_cast<int>(IC), oc = static_cast<int>(OC);
     // Bias gradient (OC) += column sums of the unquantized dy, as Transformer Engine does.
     float* db = nullptr;
@@ -360,11 +379,12 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
       // into db.
       Tensor dyq = need_dx ? Tensor::empty({M, OC}, bwd, dy.device(), MemCategory::workspace) : Tensor();
       Tensor dyq_t = need_dw ? Tensor::empty({OC, M}, bwd, dy.device(), MemCategory::workspace) : Tensor();
-      prepare_scale(st.grad_output, sdy, dy, stream);
+      prepare_scale(st.grad_output, sdy, dy, stream, dy_input, dy_ops);
       k::Fp8CastOutputs dy_stats = stats_into(sdy);
       dy_stats.colsum = db;
       k::fp8_cast(dy.raw(), DType::bf16, M, OC, need_dx ? dyq.data<uint8_t>() : nullptr,
-                  need_dw ? dyq_t.data<uint8_t>() : nullptr, st.formats.backward, &sdy->scale, dy_stats, stream);
+                  need_dw ? dyq_t.data<uint8_t>() : nullptr, st.formats.backward, &sdy->scale, dy_stats, stream,
+                  dy_input, dy_ops);
       st.device.mark_pending(Fp8Role::grad_output);
       if (need_dx && prologue.kind == k::Fp8CastInput::layernorm) {
         // The GEMM's output is d layernorm(x), written (beta 0) into a temporary as the unfused
@@ -386,12 +406,32 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
         expect_cuda(dlw, DType::f32, "the LayerNorm weight gradient", st.name);
         expect_cuda(dlb, DType::f32, "the LayerNorm bias gradient", st.name);
         cuda_ops::layernorm_backward(dx, dlw, dlb, dh, value_of(x_in), prologue.ln_w->value, ln_mean, ln_rstd);
+      } else if (need_dx && prologue.kind == k::Fp8CastInput::gelu && x_grad.cell->takes_pending &&
+                 x_grad.dtype == DType::bf16 && !grad_exists(x_grad)) {
+        // x's producer (an FP8 linear) applies the GELU backward in its own dy cast: the GEMM's output,
+        // d gelu(x), becomes x's pending gradient, with x (or its FP8 round trip, restored there) for
+        // gelu'(x). Whoever else reads x's gradient first gets exactly what the branch below writes.
+        Tensor dh = Tensor::empty(x_grad.shape, DType::bf16, dy.device(), MemCategory::activations);
+        k::matmul_fp8_backward_input(dh.data<bf16>(), {dyq.raw(), bwd, &sdy->scale_inv},
+                                     {st.weight_fp8_t.raw(), fwd, &slot(slots, Fp8Role::weight)->scale_inv}, m, ic,
+                                     oc, /*accumulate=*/false, stream);
+        // The value, not the Var: x's gradient cell must not own x (a cycle if it were never consumed).
+        const Tensor pre = pre_kept ? value_of(pre_kept) : Tensor();
+        PendingGrad& p = x_grad.cell->pending;
+        p.operand = std::move(dh);
+        p.input = [pre, saved = pre_saved] { return pre.defined() ? pre : fp8_restore(saved, MemCategory::workspace); };
+        p.materialize = [](const Tensor& dgelu, const Tensor& gelu_in) {
+          Tensor g = Tensor::empty(dgelu.shape(), DType::bf16, dgelu.device(), MemCategory::activations);
+          g.zero_();
+          cuda_ops::gelu_backward(g, gelu_in, dgelu);
+          return g;
+        };
       } else if (need_dx) {
         // A gradient that does not exist yet is written (beta 0), not zero-filled and added to.
-        const bool accumulate = x_grad.cell->defined();
+        const bool accumulate = grad_exists(x_grad);
         if (!accumulate)
-          *x_grad.cell = Tensor::empty(x_grad.shape, x_grad.dtype, x_grad.device, MemCategory::activations);
-        Tensor& dx = *x_grad.cell;
+          x_grad.cell->grad = Tensor::empty(x_grad.shape, x_grad.dtype, x_grad.device, MemCategory::activations);
+        Tensor& dx = x_grad.cell->grad;
         expect_cuda(dx, DType::bf16, "the input gradient", st.name);
         if (prologue.kind == k::Fp8CastInput::gelu) {
           // The GEMM's output is d gelu(x), written (beta 0) into a temporary as the unfused gelu

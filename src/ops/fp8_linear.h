@@ -54,7 +54,8 @@ struct Fp8LinearState {
 // On CUDA: x, w, b bf16 (w's gradient f32, x's bf16), IC, OC and the rows of x multiples of 16.
 // Forward: y = (q(x) @ q(w)^T) * (sx_inv * sw_inv) + b with q(.) in the forward format (E4M3).
 // Backward: dx += (q(dy) @ q(w)) * (sdy_inv * sw_inv), dw += (q(dy)^T @ q(x)) * (sdy_inv * sx_inv)
-// with q(dy) in the backward format (E5M2 for hybrid); db += column sums of the unquantized dy.
+// with q(dy) in the backward format (E5M2 for hybrid); db += column sums of the unquantized dy. On CUDA
+// dy may be a pending GELU backward left by fp8_linear_gelu (see there), applied in dy's cast.
 // Input amax is recorded only while a tape records (training), output-gradient amax in backward,
 // weight amax once per weight version.
 // activation_storage fp8: the tape node keeps the E4M3 codes of x (1 byte/element) instead of x;
@@ -64,8 +65,12 @@ Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st);
 
 // fp8_linear(gelu(pre), w, b, st), bit for bit (the FP8 MLP's second linear with its GELU): on CUDA
 // the GELU runs inside the input's FP8 cast (kernels/fp8_cast.cuh, Fp8CastInput::gelu), so gelu(pre)
-// is never written or read in bf16; backward computes d gelu(pre) with the dgrad GEMM into a temporary
-// and pre's gradient with the GELU backward kernel, and wgrad reads the forward's transposed codes.
+// is never written or read in bf16; backward computes d gelu(pre) with the dgrad GEMM, and wgrad reads
+// the forward's transposed codes. When pre has no gradient yet and its producer is an FP8 linear on CUDA
+// (which marks its output so), d gelu(pre) is left as pre's pending gradient (autograd/variable.h,
+// PendingGrad) and the producer's backward applies the GELU backward inside its dy cast
+// (Fp8CastInput::dgelu), so pre's gradient is never written; anything else that reads it first gets it
+// written by the GELU backward kernel. Otherwise the GELU backward kernel adds into pre's gradient here.
 // The node keeps pre (bf16), or with activation_storage fp8_all its FP8 codes, the forward then running
 // on their round trip, written over pre's value in place, as gelu(pre, store_fp8 = true) does. The CPU emulation and activation_storage
 // bf16 (which would keep gelu(pre) to re-cast it in backward) run the composition itself, with

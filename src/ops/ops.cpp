@@ -54,7 +54,7 @@ Tensor* or_null(Tensor& t) { return t.defined() ? &t : nullptr; }
 // The gradient of v for an op that can overwrite or accumulate: one that does not exist yet is
 // allocated uninitialised and `accumulate` is false, so the op writes it without a zero fill.
 Tensor grad_for_write(const Var& v, bool& accumulate) {
-  accumulate = v->grad.defined();
+  accumulate = grad_exists(v);
   if (!accumulate) {
     const Tensor& value = value_of(v);
     v->grad = Tensor::empty(value.shape(), value.dtype(), value.device(), MemCategory::activations);
@@ -348,15 +348,15 @@ Var add(const Var& a, const Var& b) {
       // (later accumulation into a's gradient must not reach b's). With a == b the shared buffer is
       // then doubled in place, as it should be.
       if (ag.requires_grad) {
-        if (!ag.cell->defined() && dout.dtype() == ag.dtype && dout.device() == ag.device)
-          *ag.cell = dout.view(ag.shape);
+        if (!grad_exists(ag) && dout.dtype() == ag.dtype && dout.device() == ag.device)
+          ag.cell->grad = dout.view(ag.shape);
         else
           add_(grad_of(ag), dout);
       }
       if (bg.requires_grad) {
-        if (!bg.cell->defined() && dout.dtype() == bg.dtype && dout.device() == bg.device) {
-          *bg.cell = Tensor::empty(bg.shape, bg.dtype, bg.device, MemCategory::activations);
-          bg.cell->copy_from(dout);
+        if (!grad_exists(bg) && dout.dtype() == bg.dtype && dout.device() == bg.device) {
+          bg.cell->grad = Tensor::empty(bg.shape, bg.dtype, bg.device, MemCategory::activations);
+          bg.cell->grad.copy_from(dout);
         } else {
           add_(grad_of(bg), dout);
         }
@@ -458,7 +458,7 @@ Var cross_entropy(const Var& logits, const Tensor& targets, int64_t vocab_size) 
         FP8T_ON_CUDA("cross_entropy backward", {
           // In place: d(logits) overwrites the logits (nothing else reads them), saving a (B, T, Vp)
           // buffer and its zero fill.
-          if (!logits->grad.defined()) logits->grad = logits->value;
+          if (!grad_exists(logits)) logits->grad = logits->value;
           cuda_ops::crossentropy_backward(logits->grad, logits->value, lse, targets, dy,
                                           1.0f / static_cast<float>(BT), V);
         });
@@ -559,8 +559,8 @@ Var lm_head_loss(const Var& h, const Var& w, const Tensor& targets, int64_t voca
     // d(w) is already in w's gradient; d(h) waits here for the backward pass.
     current_tape()->record("lm_head_loss", [hg = grad_ref(h), dh] {
       if (!hg.requires_grad) return;
-      if (!hg.cell->defined())
-        *hg.cell = dh.view(hg.shape);
+      if (!grad_exists(hg))
+        hg.cell->grad = dh.view(hg.shape);
       else
         add_(grad_of(hg), dh.view(hg.shape));
     });

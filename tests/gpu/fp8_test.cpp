@@ -392,7 +392,7 @@ TEST_CASE("fp8 cast: the LayerNorm prologue equals layernorm_forward then the ca
       const std::vector<float> got_mean = download(s_mean), got_rstd = download(s_rstd);
       CHECK(std::memcmp(got_mean.data(), ref_mean.data(), rows * sizeof(float)) == 0);
       CHECK(std::memcmp(got_rstd.data(), ref_rstd.data(), rows * sizeof(float)) == 0);
-      const kernels::Fp8CastLayerNorm ops{s_mean.data<float>(), s_rstd.data<float>(), d_w.data<__nv_bfloat16>(),
+      const kernels::Fp8CastOperands ops{s_mean.data<float>(), s_rstd.data<float>(), d_w.data<__nv_bfloat16>(),
                                           d_b.data<__nv_bfloat16>()};
       Tensor amax_pair = Tensor::zeros({2}, DType::f32, kGpu);
       kernels::fp8_amax(ln.raw(), DType::bf16, n, amax_pair.data<float>(), kernels::compute_stream());
@@ -435,7 +435,7 @@ TEST_CASE("fp8 cast: the LayerNorm prologue equals layernorm_forward then the ca
   CHECK_THROWS(kernels::fp8_cast(bf16_in.raw(), DType::bf16, 16, 16, out.data<uint8_t>(), nullptr, Fp8Format::e4m3,
                                  d_scale.data<float>(), {}, kernels::compute_stream(),
                                  kernels::Fp8CastInput::layernorm));
-  const kernels::Fp8CastLayerNorm ops{sums.data<float>(), sums.data<float>(), bf16_in.data<__nv_bfloat16>(),
+  const kernels::Fp8CastOperands ops{sums.data<float>(), sums.data<float>(), bf16_in.data<__nv_bfloat16>(),
                                       bf16_in.data<__nv_bfloat16>()};
   CHECK_THROWS(kernels::fp8_cast(bf16_in.raw(), DType::bf16, 16, 16, out.data<uint8_t>(), nullptr, Fp8Format::e4m3,
                                  d_scale.data<float>(), {nullptr, nullptr, sums.data<float>()},
