@@ -293,7 +293,9 @@ TEST_CASE("fp8 linear: the GELU backward fused into fc's dy cast equals the unfu
               CHECK(mf->history_oldest_first() == mu->history_oldest_first());
             }
           }
-          CHECK(fc_f.grad_output.last_amax > 0.0f);
+          // readers 3: fc casts no dy (only its bias trains), so its gradient statistics stay unrecorded.
+          if (readers == 3) CHECK(fc_f.grad_output.last_amax == 0.0f);
+          else CHECK(fc_f.grad_output.last_amax > 0.0f);
         }
       }
     }
