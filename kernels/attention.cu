@@ -9,6 +9,8 @@
 // atomics and a last pass adds scale * dQ into dqkv.
 #include "core/launch_limits.h"
 #include "kernels/attention.cuh"
+#include "kernels/attention_common.cuh"
+#include "kernels/attention_wgmma.cuh"
 #include "kernels/cuda_common.cuh"
 
 namespace fp8t::kernels {
@@ -19,22 +21,6 @@ namespace {
 
 // Shared-memory rows are padded by 16 bytes so that the 8 row addresses of one ldmatrix hit distinct banks.
 constexpr int kPad = 8;
-constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared without passing through registers; `valid == false` writes zeros.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // Four 8x8 bf16 matrices; lane i supplies the row address of row i % 8 of matrix i / 8.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
@@ -58,10 +44,6 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // Fragment addresses (ld = row stride of the shared tile, in elements). Accumulator layout of one 16x8
 // tile: lane = 4 g + t holds rows g and g + 8, columns 2t and 2t + 1.
@@ -280,35 +262,6 @@ constexpr int backward_smem_bytes() {
   return (2 * KEYS + 4 * BR) * (HS + kPad) * 2 + KEYS * (BR + kPad) * 2 + 4 * BR * 4;
 }
 
-// Block order of the backward. Before, blocks ran key block by key block over all B*NH heads, so the ~400 in
-// flight touched every head and each head's Q, dO and dq_accum rows left L2 between its key blocks. Now the
-// key blocks form bands, each taking half of the key blocks still left (later bands hold lighter blocks, so
-// the grid still ends on short blocks); within a band, heads go in groups whose blocks run together, heaviest
-// first. Block i -> (head, key block). Not inlined: inlined, it moved ptxas's register allocation of the main
-// loop from 16 to 88 bytes of spill at HS 64; the call runs once per block.
-__device__ __noinline__ void backward_block(int i, int BH, int n_kb, int group, int& bh, int& kb) {
-  const int kb_major = i / BH;  // the key block of block i in the plain key-block-major order: picks the band
-  int lo = 0, hi = max(1, n_kb / 2);
-  while (kb_major >= hi) {
-    lo = hi;
-    hi = lo + max(1, (n_kb - lo) / 2);
-  }
-  const int width = hi - lo, j = i - BH * lo;  // band [lo, hi) holds blocks BH * lo .. BH * hi - 1
-  const int g0 = j / (group * width) * group, g_size = min(group, BH - g0);
-  const int r = j - g0 * width;  // < g_size * width
-  kb = lo + r / g_size;
-  bh = g0 + r % g_size;
-}
-
-// Heads per group: each head's Q, K, V, dO (bf16) and dq_accum (f32) rows are 12 T HS bytes, and ~8 MiB per
-// group keeps a few groups in L2. Grids of fewer than 8 waves take one group of all heads, which is the plain
-// key-block-major order: there the last group's long blocks would start too late (a simulated tail of up to
-// 20% at 2 waves, under 1% from 8 waves on).
-int backward_group(int BH, int n_kb, int T, int HS, int slots) {
-  if (int64_t{BH} * n_kb < 8 * int64_t{slots}) return BH;
-  const int64_t per_head = 12 * int64_t{T} * HS;
-  return static_cast<int>(std::clamp<int64_t>((int64_t{8} << 20) / per_head, 1, BH));
-}
 
 template <int HS>
 __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlocks)
@@ -526,6 +479,8 @@ void check_sizes(const char* what, const void* qkv, int B, int T, int NH, int HS
   checked_int(3 * int64_t{NH} * HS, what, "the qkv row length 3 * NH * HS");
 }
 
+bool g_wgmma = true;  // set_attention_wgmma
+
 template <int HS>
 void launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
   constexpr int bytes = forward_smem_bytes<HS>();
@@ -557,10 +512,14 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
                                              "B*T*C / 8 chunks of dout (256 per block)");
   attention_delta_kernel<HS><<<delta_blocks, 256, 0, stream>>>(delta, dq_accum, dout, out, n_chunks, T, NH);
   CUDA_CHECK_LAUNCH();
-  const int BH = B * NH, n_kb = ceil_div(T, KEYS);
-  attention_backward_kernel<HS><<<BH * n_kb, kThreads, bytes, stream>>>(dqkv, dq_accum, delta, dout, qkv, lse, BH, T,
+  if (HS == 64 && g_wgmma && attention_wgmma_available()) {
+    attention_backward_wgmma64(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream);
+  } else {
+    const int BH = B * NH, n_kb = ceil_div(T, KEYS);
+    attention_backward_kernel<HS><<<BH * n_kb, kThreads, bytes, stream>>>(dqkv, dq_accum, delta, dout, qkv, lse, BH, T,
                                                                         NH, backward_group(BH, n_kb, T, HS, slots), scale);
-  CUDA_CHECK_LAUNCH();
+    CUDA_CHECK_LAUNCH();
+  }
   attention_dq_kernel<<<static_cast<int>(std::min<int64_t>((n_chunks + 255) / 256, 65536)), 256, 0, stream>>>(
       dqkv, dq_accum, n_chunks, static_cast<int>(C), scale);
   CUDA_CHECK_LAUNCH();
@@ -568,9 +527,13 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
 
 }  // namespace
 
+void set_attention_wgmma(bool enable) { g_wgmma = enable; }
+
 void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
   check_sizes("attention_forward", qkv, B, T, NH, HS);
-  if (HS == 64)
+  if (HS == 64 && g_wgmma && attention_wgmma_available())
+    attention_forward_wgmma64(out, lse, qkv, B, T, NH, 1.0f / sqrtf(64.0f), stream);
+  else if (HS == 64)
     launch_forward<64>(out, lse, qkv, B, T, NH, stream);
   else
     launch_forward<128>(out, lse, qkv, B, T, NH, stream);

@@ -16,4 +16,8 @@ void attention_backward(__nv_bfloat16* dqkv, float* dq_accum, float* delta, cons
                         const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse, int B, int T, int NH,
                         int HS, cudaStream_t stream);
 
+// Head size 64 on a Hopper GPU with an sm_90a build: the forward and the backward's main pass run on warpgroup
+// MMAs (kernels/attention_wgmma.cu; the default) or, with false, on the mma.sync kernels every GPU runs.
+void set_attention_wgmma(bool enable);
+
 }  // namespace fp8t::kernels

@@ -5,6 +5,7 @@
 
 #include "gpu_test_util.h"
 #include "kernels/attention.cuh"
+#include "kernels/attention_wgmma.cuh"
 #include "kernels/stream.cuh"
 #include "ops/cpu/reference.h"
 #include "ops/cuda_ops.h"
@@ -95,7 +96,24 @@ void check_attention(int B, int T, int NH, int HS) {
 }  // namespace
 
 TEST_CASE("attention head size 64", "[gpu][attention]") {
+#ifdef FP8T_CUDA_SM90A
+  int major = 0, minor = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  if (major == 9 && minor == 0) REQUIRE(kernels::attention_wgmma_available());  // so the cases below test it
+#endif
   for (int T : {1, 77, 130, 256, 333, 1024}) check_attention(2, T, 3, 64);
+}
+
+// The default HS 64 kernels on a Hopper are the wgmma ones; the mma.sync ones (every other GPU) are checked too.
+TEST_CASE("attention head size 64 on the mma.sync kernels", "[gpu][attention]") {
+  INFO("wgmma kernels available: " << kernels::attention_wgmma_available());
+  kernels::set_attention_wgmma(false);
+  for (int T : {1, 77, 130, 256, 333, 1024}) check_attention(2, T, 3, 64);
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  check_attention((32 * sms / 4 + 5 + 2) / 3, 256, 3, 64);
+  kernels::set_attention_wgmma(true);
 }
 
 TEST_CASE("attention head size 128", "[gpu][attention]") {
@@ -120,8 +138,12 @@ TEST_CASE("attention at T = 4096", "[gpu][attention]") {
 }
 
 TEST_CASE("attention throughput", "[.bench][attention]") {
-  struct Case { int B, NH, T, HS; };
-  for (auto [B, NH, T, HS] : {Case{32, 12, 1024, 64}, Case{16, 25, 1024, 64}, Case{8, 16, 4096, 128}}) {
+  struct Case { int B, NH, T, HS; bool wgmma; };  // wgmma: the HS 64 kernels on warpgroup MMAs (Hopper)
+  for (auto [B, NH, T, HS, wgmma] : {Case{32, 12, 1024, 64, true}, Case{32, 12, 1024, 64, false},
+                                     Case{16, 25, 1024, 64, true}, Case{16, 25, 1024, 64, false},
+                                     Case{8, 16, 4096, 128, false}}) {
+    if (wgmma && !kernels::attention_wgmma_available()) continue;
+    kernels::set_attention_wgmma(wgmma);
     const int C = NH * HS;
     const int64_t n_qkv = int64_t(B) * T * 3 * C, n_out = int64_t(B) * T * C;
     Tensor qkv = upload(randn(n_qkv), {B, T, 3 * C}, DType::bf16);
@@ -147,7 +169,8 @@ TEST_CASE("attention throughput", "[.bench][attention]") {
     fwd_ms /= kIters;
     bwd_ms /= kIters;
     const double flops = 2.0 * B * NH * double(T) * T * HS;  // causal: half of 4 B NH T^2 HS
-    std::printf("attention B=%d NH=%d T=%d HS=%d: fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f TFLOP/s\n", B, NH, T, HS,
-                fwd_ms, flops / fwd_ms / 1e9, bwd_ms, 2.5 * flops / bwd_ms / 1e9);
+    std::printf("attention B=%d NH=%d T=%d HS=%d %s: fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f TFLOP/s\n", B, NH,
+                T, HS, wgmma ? "wgmma" : "mma.sync", fwd_ms, flops / fwd_ms / 1e9, bwd_ms, 2.5 * flops / bwd_ms / 1e9);
   }
+  kernels::set_attention_wgmma(true);
 }
