@@ -224,9 +224,11 @@ __global__ void attention_delta_kernel(float* delta, float* dq_accum, const bf16
       const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&o.v[k]));
       acc += x.x * y.x + x.y * y.y;
     }
-    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    reinterpret_cast<float4*>(dq_accum + 8 * i)[0] = zero;
-    reinterpret_cast<float4*>(dq_accum + 8 * i)[1] = zero;
+    if (dq_accum) {  // null: the caller zeroes it (the tiled layout is longer)
+      const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      reinterpret_cast<float4*>(dq_accum + 8 * i)[0] = zero;
+      reinterpret_cast<float4*>(dq_accum + 8 * i)[1] = zero;
+    }
   }
   // Every lane shuffles (lanes past the end add zeros); the groups of kLanes never straddle two heads.
 #pragma unroll
@@ -449,15 +451,25 @@ __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlock
   }
 }
 
-// dqkv[:, :, q part] += scale * dq_accum; one thread per 8 channels of (B, T, C) (16-byte accesses).
-__global__ void attention_dq_kernel(bf16* dqkv, const float* dq_accum, int64_t n_chunks, int C, float scale) {
+// dqkv[:, :, q part] += scale * dq_accum; one thread per 8 channels of (B, T, C) (16-byte accesses). kTiled:
+// dq_accum in the wgmma backward's tiles (kernels/attention_wgmma.cuh): head size 64, tile (b * NH + h, t / 64),
+// and in it row 16 w + g + 8 r, columns 8 j .. 8 j + 7 at ((w * 8 + j) * 2 + r) * 64 + 8 g.
+template <bool kTiled>
+__global__ void attention_dq_kernel(bf16* dqkv, const float* dq_accum, int64_t n_chunks, int C, int T, float scale) {
   const int row_chunks = C / 8;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n_chunks;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t bt = i / row_chunks;
     bf16* d = dqkv + bt * 3 * C + (i % row_chunks) * 8;
-    const float4 a0 = reinterpret_cast<const float4*>(dq_accum)[2 * i];
-    const float4 a1 = reinterpret_cast<const float4*>(dq_accum)[2 * i + 1];
+    const float* src = dq_accum + 8 * i;
+    if constexpr (kTiled) {
+      const int c8 = static_cast<int>(i % row_chunks), h = c8 / 8, j = c8 % 8, NH = C / 64;
+      const int64_t b = bt / T;
+      const int t = static_cast<int>(bt % T), row = t % 64, w = row / 16, g = row % 8, r = (row / 8) % 2;
+      src = dq_accum + ((b * NH + h) * ceil_div(T, 64) + t / 64) * 4096 + ((w * 8 + j) * 2 + r) * 64 + 8 * g;
+    }
+    const float4 a0 = reinterpret_cast<const float4*>(src)[0];
+    const float4 a1 = reinterpret_cast<const float4*>(src)[1];
     const float acc[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
     auto v = Vec16<bf16>::load(d);
 #pragma unroll
@@ -510,9 +522,14 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
   const float scale = 1.0f / sqrtf(float(HS));
   const unsigned delta_blocks = checked_grid(ceil_div64(n_chunks, 256), kMaxGridX, "attention_backward",
                                              "B*T*C / 8 chunks of dout (256 per block)");
-  attention_delta_kernel<HS><<<delta_blocks, 256, 0, stream>>>(delta, dq_accum, dout, out, n_chunks, T, NH);
+  const bool wgmma = HS == 64 && g_wgmma && attention_wgmma_available();
+  const bool tiled = wgmma && attention_backward_wgmma_tiled_dq();
+  if (tiled)
+    CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, attention_dq_scratch_floats(B, T, NH, HS) * sizeof(float), stream));
+  attention_delta_kernel<HS><<<delta_blocks, 256, 0, stream>>>(delta, tiled ? nullptr : dq_accum, dout, out, n_chunks,
+                                                               T, NH);
   CUDA_CHECK_LAUNCH();
-  if (HS == 64 && g_wgmma && attention_wgmma_available()) {
+  if (wgmma) {
     attention_backward_wgmma64(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream);
   } else {
     const int BH = B * NH, n_kb = ceil_div(T, KEYS);
@@ -520,14 +537,23 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
                                                                         NH, backward_group(BH, n_kb, T, HS, slots), scale);
     CUDA_CHECK_LAUNCH();
   }
-  attention_dq_kernel<<<static_cast<int>(std::min<int64_t>((n_chunks + 255) / 256, 65536)), 256, 0, stream>>>(
-      dqkv, dq_accum, n_chunks, static_cast<int>(C), scale);
+  const int dq_blocks = static_cast<int>(std::min<int64_t>((n_chunks + 255) / 256, 65536));
+  if (tiled)
+    attention_dq_kernel<true><<<dq_blocks, 256, 0, stream>>>(dqkv, dq_accum, n_chunks, static_cast<int>(C), T, scale);
+  else
+    attention_dq_kernel<false><<<dq_blocks, 256, 0, stream>>>(dqkv, dq_accum, n_chunks, static_cast<int>(C), T, scale);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void set_attention_wgmma(bool enable) { g_wgmma = enable; }
+
+int64_t attention_dq_scratch_floats(int B, int T, int NH, int HS) {
+  if (HS == 64 && g_wgmma && attention_wgmma_available() && attention_backward_wgmma_tiled_dq())
+    return int64_t{B} * NH * ceil_div(T, 64) * 64 * 64;  // whole 64-query tiles per head
+  return int64_t{B} * T * NH * HS;
+}
 
 void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
   check_sizes("attention_forward", qkv, B, T, NH, HS);

@@ -4,14 +4,16 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace fp8t::kernels {
 
 // out (B, T, C) bf16; lse (B, NH, T) f32 = logsumexp of each scaled score row (saved for backward).
 // HS = C / NH must be 64 or 128.
 void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
                        cudaStream_t stream);
-// dqkv (B, T, 3C) bf16 += gradient of the attention. Scratch: dq_accum (B, T, C) f32 and
-// delta (B, NH, T) f32, both overwritten.
+// dqkv (B, T, 3C) bf16 += gradient of the attention. Scratch: dq_accum, attention_dq_scratch_floats() f32
+// (at least B * T * C), and delta (B, NH, T) f32, both overwritten.
 void attention_backward(__nv_bfloat16* dqkv, float* dq_accum, float* delta, const __nv_bfloat16* dout,
                         const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse, int B, int T, int NH,
                         int HS, cudaStream_t stream);
@@ -19,5 +21,8 @@ void attention_backward(__nv_bfloat16* dqkv, float* dq_accum, float* delta, cons
 // Head size 64 on a Hopper GPU with an sm_90a build: the forward and the backward's main pass run on warpgroup
 // MMAs (kernels/attention_wgmma.cu; the default) or, with false, on the mma.sync kernels every GPU runs.
 void set_attention_wgmma(bool enable);
+
+// Floats of attention_backward's dq_accum scratch for these sizes (with the current kernel choice).
+int64_t attention_dq_scratch_floats(int B, int T, int NH, int HS);
 
 }  // namespace fp8t::kernels

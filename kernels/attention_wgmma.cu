@@ -8,6 +8,9 @@
 // Every tile is 64 rows of 64 bf16 (128 bytes), stored with the 128-byte swizzle (16-byte chunk c of row r at
 // chunk c ^ (r % 8)), the layout wgmma reads both K-major and MN-major; cp.async fills the tiles, Q and dO
 // double-buffered.
+#include <cstdlib>
+#include <cstring>
+
 #include "core/launch_limits.h"
 #include "kernels/attention_common.cuh"
 #include "kernels/attention_wgmma.cuh"
@@ -17,8 +20,10 @@ namespace {
 
 constexpr int kKeys = 64, kRows = 64, kHs = 64, kThreads = 128;
 constexpr int kTileBytes = 64 * 128;  // one 64 x 64 bf16 tile
-// sK, sV, 2 x sQ, 2 x sdO, sdS^T, then 2 x lse and 2 x delta (f32); +1024 to align the tiles to 1024 bytes.
-constexpr int kSmemBytes = 7 * kTileBytes + 4 * kRows * 4 + 1024;
+// sK, sV, 2 x sQ, 2 x sdO, sdS^T, then 2 x lse and 2 x delta (f32); +1024 to align the tiles to 1024 bytes;
+// with the bulk dQ reduction, a 64 x 64 f32 dQ tile after them.
+constexpr int kSmemBytes = 7 * kTileBytes + 4 * kRows * 4 + 1024, kDqTileBytes = 64 * 64 * 4;
+constexpr int smem_bytes(bool bulk) { return kSmemBytes + (bulk ? kDqTileBytes : 0); }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -94,7 +99,23 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4],
 
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-__global__ void __launch_bounds__(kThreads, 3)
+// dst (global) += src (shared), `bytes` (a multiple of 16) of f32, by the bulk copy engine; one thread issues it.
+__device__ __forceinline__ void bulk_reduce_add(float* dst, const float* src, int bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+      "cp.async.bulk.commit_group;\n" ::"l"(dst),
+      "r"(smem_u32(src)), "r"(bytes)
+      : "memory");
+}
+// The issuing thread's bulk reductions have read their shared-memory sources / have completed.
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+// dQ leaves through f32 atomics into dq_accum (B, T, C) (kBulk false) or through the dQ tile in shared memory,
+// added by one bulk asynchronous reduction (cp.reduce.async.bulk) into dq_accum's 64 x 64 tile of (b*h, query
+// block) in fragment order (kBulk true; attention_dq_kernel<true> reads that layout).
+template <int kMinBlocks, bool kBulk>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     attention_backward_wgmma_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
                                     const bf16* qkv, const float* lse, int BH, int T, int NH, int group, float scale) {
   extern __shared__ unsigned char smem_raw[];
@@ -106,6 +127,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   unsigned char* sdSt = sdO + 2 * kTileBytes;
   float* sLse = reinterpret_cast<float*>(sdSt + kTileBytes);  // 2 x 64, lse * log2(e)
   float* sDelta = sLse + 2 * kRows;                             // 2 x 64
+  float* sdQ = sDelta + 2 * kRows;                              // (kBulk) 64 x 64, fragment order
 
   const int n_kb = ceil_div(T, kKeys);
   int bh, kb;
@@ -217,6 +239,8 @@ __global__ void __launch_bounds__(kThreads, 3)
     // dQ (64 queries, 64 channels) = dS K: A = dS (queries, keys) read from dS^T (MN-major), B = K (keys,
     // channels): MN-major.
     fence_async_shared();  // this thread's dS^T stores, visible to wgmma
+    // kBulk: the previous step's reduction has read sdQ before the barrier below lets anyone rewrite it.
+    if (kBulk && threadIdx.x == 0) bulk_wait_read();
     __syncthreads();       // every warp's dS^T rows are in place
     float dqa[32];
     wgmma_fence();
@@ -228,20 +252,36 @@ __global__ void __launch_bounds__(kThreads, 3)
     wgmma_settle(dv);
     wgmma_settle(dk);
 
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int qi = q0 + warp * 16 + g + 8 * r;
-      if (qi >= T) continue;
-      float* dst = dq_accum + (int64_t{b} * T + qi) * C + h * kHs + 2 * t;
+    if constexpr (kBulk) {
+      // Fragment order: the pair (row 16 w + g + 8 r, columns 8 j + 2 t, + 1) at ((w * 8 + j) * 2 + r) * 64 + 2 lane,
+      // so each warp's store is 256 contiguous bytes. Query rows past T hold dS = 0, hence zeros.
 #pragma unroll
       for (int j = 0; j < 8; ++j)
-        atomicAdd(reinterpret_cast<float2*>(dst + 8 * j), make_float2(dqa[4 * j + 2 * r], dqa[4 * j + 2 * r + 1]));
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          *reinterpret_cast<float2*>(sdQ + ((warp * 8 + j) * 2 + r) * 64 + 2 * lane) =
+              make_float2(dqa[4 * j + 2 * r], dqa[4 * j + 2 * r + 1]);
+      fence_async_shared();
+      __syncthreads();
+      if (threadIdx.x == 0) bulk_reduce_add(dq_accum + (int64_t{bh} * n_qb + qb) * 4096, sdQ, kDqTileBytes);
+    } else {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int qi = q0 + warp * 16 + g + 8 * r;
+        if (qi >= T) continue;
+        float* dst = dq_accum + (int64_t{b} * T + qi) * C + h * kHs + 2 * t;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          atomicAdd(reinterpret_cast<float2*>(dst + 8 * j), make_float2(dqa[4 * j + 2 * r], dqa[4 * j + 2 * r + 1]));
+      }
     }
     if (threadIdx.x < kRows) {  // stage st ^ 1 was last read in step qb - 1, before this step's first barrier
       sLse[(st ^ 1) * kRows + threadIdx.x] = next_lse;
       sDelta[(st ^ 1) * kRows + threadIdx.x] = next_delta;
     }
   }
+
+  if (kBulk && threadIdx.x == 0) bulk_wait_all();  // shared memory must outlive the last reduction's read
 
   // dK (scaled) and dV added into dqkv: rows key_lo + g (+ 8), channels 8 j + 2 t (+ 1).
 #pragma unroll
@@ -396,6 +436,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2)
 
 constexpr int kFwdRows = 128, kFwdThreads = 256, kFwdSmemBytes = 6 * kTileBytes + 1024;
 
+template <int kMinBlocks, bool kBulk>
 __global__ void attention_backward_wgmma_kernel(bf16*, float*, const float*, const bf16*, const bf16*, const float*,
                                                 int, int, int, int, float) {
   __trap();
@@ -435,23 +476,54 @@ void attention_forward_wgmma64(bf16* out, float* lse, const bf16* qkv, int B, in
   CUDA_CHECK_LAUNCH();
 }
 
-void attention_backward_wgmma64(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
-                                const float* lse, int B, int T, int NH, float scale, cudaStream_t stream) {
-  FP8T_CHECK(attention_wgmma_available(), "attention_backward_wgmma64: needs an sm_90a build on a Hopper GPU");
-  static const int slots = [] {  // blocks resident at once on the device
-    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    kSmemBytes));
+namespace {
+
+// set_attention_backward_wgmma_variant; the environment's FP8T_ATTN_BWD_VARIANT (0..3) picks the starting one.
+int initial_variant() {
+  const char* env = std::getenv("FP8T_ATTN_BWD_VARIANT");
+  if (!env || !*env) return 2;
+  FP8T_CHECK(std::strlen(env) == 1 && env[0] >= '0' && env[0] <= '3',
+             "FP8T_ATTN_BWD_VARIANT={}: expected 0, 1, 2 or 3 (see kernels/attention_wgmma.cuh)", env);
+  return env[0] - '0';
+}
+int g_variant = initial_variant();
+
+template <int kMinBlocks, bool kBulk>
+void launch_backward_wgmma(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
+                           const float* lse, int B, int T, int NH, float scale, cudaStream_t stream) {
+  auto* kernel = attention_backward_wgmma_kernel<kMinBlocks, kBulk>;
+  static const int slots = [kernel] {  // blocks resident at once on the device
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(kBulk)));
     int device = 0, sms = 0, per_sm = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_backward_wgmma_kernel, kThreads,
-                                                             kSmemBytes));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes(kBulk)));
     return sms * std::max(per_sm, 1);
   }();
   const int BH = B * NH, n_kb = ceil_div(T, kKeys);
-  attention_backward_wgmma_kernel<<<BH * n_kb, kThreads, kSmemBytes, stream>>>(
-      dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH, backward_group(BH, n_kb, T, kHs, slots), scale);
+  kernel<<<BH * n_kb, kThreads, smem_bytes(kBulk), stream>>>(dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH,
+                                                              backward_group(BH, n_kb, T, kHs, slots), scale);
   CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void set_attention_backward_wgmma_variant(int variant) {
+  FP8T_CHECK(variant >= 0 && variant < 4, "attention backward wgmma variant {} (0..3)", variant);
+  g_variant = variant;
+}
+
+bool attention_backward_wgmma_tiled_dq() { return g_variant >= 2; }
+
+void attention_backward_wgmma64(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
+                                const float* lse, int B, int T, int NH, float scale, cudaStream_t stream) {
+  FP8T_CHECK(attention_wgmma_available(), "attention_backward_wgmma64: needs an sm_90a build on a Hopper GPU");
+  switch (g_variant) {
+    case 0: launch_backward_wgmma<2, false>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream); break;
+    case 1: launch_backward_wgmma<3, false>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream); break;
+    case 2: launch_backward_wgmma<2, true>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream); break;
+    default: launch_backward_wgmma<3, true>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream); break;
+  }
 }
 
 }  // namespace fp8t::kernels

@@ -19,4 +19,11 @@ void attention_backward_wgmma64(__nv_bfloat16* dqkv, float* dq_accum, const floa
                                 const __nv_bfloat16* qkv, const float* lse, int B, int T, int NH, float scale,
                                 cudaStream_t stream);
 
+// Which backward kernel: 0 and 1 add dQ by f32 atomics into dq_accum (B, T, C), with two or three blocks per
+// SM; 2 and 3 (the default: 2) by a bulk reduction of each 64 x 64 dQ tile into dq_accum laid out as tiles
+// (B * NH, ceil(T / 64), 64 x 64 in fragment order; attention_backward_wgmma_tiled_dq() says so). The
+// environment variable FP8T_ATTN_BWD_VARIANT sets the starting value (for benchmarks).
+void set_attention_backward_wgmma_variant(int variant);
+bool attention_backward_wgmma_tiled_dq();
+
 }  // namespace fp8t::kernels

@@ -275,7 +275,9 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   expect_shape(out, {B, T, C}, op, "out");
   expect_numel(lse, B * n_head * T, op, "lse");
   // Scratch from the caching allocator: served from the pool after the first step.
-  Tensor dq_accum = Tensor::empty({B, T, C}, DType::f32, qkv.device(), MemCategory::activations);
+  const int64_t dq_floats = k::attention_dq_scratch_floats(to_int(B, op, "B"), to_int(T, op, "T"), n_head,
+                                                          to_int(C / n_head, op, "HS"));
+  Tensor dq_accum = Tensor::empty({dq_floats}, DType::f32, qkv.device(), MemCategory::activations);
   Tensor delta = Tensor::empty({B, n_head, T}, DType::f32, qkv.device(), MemCategory::activations);
   k::attention_backward(dqkv.data<bf16>(), dq_accum.data<float>(), delta.data<float>(), dout.data<bf16>(),
                         qkv.data<bf16>(), out.data<bf16>(), lse.data<float>(), to_int(B, op, "B"), to_int(T, op, "T"),

@@ -2,6 +2,8 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "gpu_test_util.h"
 #include "kernels/attention.cuh"
@@ -105,6 +107,20 @@ TEST_CASE("attention head size 64", "[gpu][attention]") {
   for (int T : {1, 77, 130, 256, 333, 1024}) check_attention(2, T, 3, 64);
 }
 
+// The wgmma backward's other variants (atomics, two or three blocks per SM; bulk reduction, three per SM).
+TEST_CASE("attention head size 64 wgmma backward variants", "[gpu][attention]") {
+  if (!kernels::attention_wgmma_available()) SKIP("no sm_90a build on a Hopper GPU");
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  for (int variant : {0, 1, 3}) {
+    INFO("variant " << variant);
+    kernels::set_attention_backward_wgmma_variant(variant);
+    for (int T : {1, 77, 130, 333, 1024}) check_attention(2, T, 3, 64);
+    check_attention((32 * sms / 4 + 5 + 2) / 3, 256, 3, 64);
+  }
+  kernels::set_attention_backward_wgmma_variant(2);
+}
+
 // The default HS 64 kernels on a Hopper are the wgmma ones; the mma.sync ones (every other GPU) are checked too.
 TEST_CASE("attention head size 64 on the mma.sync kernels", "[gpu][attention]") {
   INFO("wgmma kernels available: " << kernels::attention_wgmma_available());
@@ -138,12 +154,17 @@ TEST_CASE("attention at T = 4096", "[gpu][attention]") {
 }
 
 TEST_CASE("attention throughput", "[.bench][attention]") {
-  struct Case { int B, NH, T, HS; bool wgmma; };  // wgmma: the HS 64 kernels on warpgroup MMAs (Hopper)
-  for (auto [B, NH, T, HS, wgmma] : {Case{32, 12, 1024, 64, true}, Case{32, 12, 1024, 64, false},
-                                     Case{16, 25, 1024, 64, true}, Case{16, 25, 1024, 64, false},
-                                     Case{8, 16, 4096, 128, false}}) {
+  // variant: -1 the mma.sync kernels, else the wgmma ones with that backward variant (Hopper only).
+  struct Case { int B, NH, T, HS, variant; };
+  std::vector<Case> cases;
+  for (auto [B, NH] : {std::pair{32, 12}, std::pair{16, 25}})
+    for (int v : {0, 1, 2, 3, -1}) cases.push_back({B, NH, 1024, 64, v});
+  cases.push_back({8, 16, 4096, 128, -1});
+  for (auto [B, NH, T, HS, variant] : cases) {
+    const bool wgmma = variant >= 0;
     if (wgmma && !kernels::attention_wgmma_available()) continue;
     kernels::set_attention_wgmma(wgmma);
+    if (wgmma) kernels::set_attention_backward_wgmma_variant(variant);
     const int C = NH * HS;
     const int64_t n_qkv = int64_t(B) * T * 3 * C, n_out = int64_t(B) * T * C;
     Tensor qkv = upload(randn(n_qkv), {B, T, 3 * C}, DType::bf16);
@@ -169,8 +190,10 @@ TEST_CASE("attention throughput", "[.bench][attention]") {
     fwd_ms /= kIters;
     bwd_ms /= kIters;
     const double flops = 2.0 * B * NH * double(T) * T * HS;  // causal: half of 4 B NH T^2 HS
-    std::printf("attention B=%d NH=%d T=%d HS=%d %s: fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f TFLOP/s\n", B, NH,
-                T, HS, wgmma ? "wgmma" : "mma.sync", fwd_ms, flops / fwd_ms / 1e9, bwd_ms, 2.5 * flops / bwd_ms / 1e9);
+    std::printf("attention B=%d NH=%d T=%d HS=%d %s %d: fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f TFLOP/s\n", B, NH,
+                T, HS, wgmma ? "wgmma" : "mma.sync", variant, fwd_ms, flops / fwd_ms / 1e9, bwd_ms,
+                2.5 * flops / bwd_ms / 1e9);
   }
   kernels::set_attention_wgmma(true);
+  kernels::set_attention_backward_wgmma_variant(2);
 }
