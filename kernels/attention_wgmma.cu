@@ -481,7 +481,7 @@ namespace {
 // set_attention_backward_wgmma_variant; the environment's FP8T_ATTN_BWD_VARIANT (0..3) picks the starting one.
 int initial_variant() {
   const char* env = std::getenv("FP8T_ATTN_BWD_VARIANT");
-  if (!env || !*env) return 2;
+  if (!env || !*env) return 3;
   FP8T_CHECK(std::strlen(env) == 1 && env[0] >= '0' && env[0] <= '3',
              "FP8T_ATTN_BWD_VARIANT={}: expected 0, 1, 2 or 3 (see kernels/attention_wgmma.cuh)", env);
   return env[0] - '0';
