@@ -7,6 +7,8 @@
 // warp owning 16 keys and their dK, dV in registers over query blocks diagonal..end; on deep grids, blocks of
 // the same heads run together so that their Q, dO and dQ rows stay in L2; dQ goes to an f32 scratch through
 // atomics and a last pass adds scale * dQ into dqkv.
+// Head size 64 on a Hopper (sm_90a build) runs the warpgroup-MMA forward and backward main pass of
+// kernels/attention_wgmma.cu instead; the delta and dQ passes here serve both.
 #include "core/launch_limits.h"
 #include "kernels/attention.cuh"
 #include "kernels/attention_common.cuh"
@@ -43,7 +45,6 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-
 
 // Fragment addresses (ld = row stride of the shared tile, in elements). Accumulator layout of one 16x8
 // tile: lane = 4 g + t holds rows g and g + 8, columns 2t and 2t + 1.
@@ -263,7 +264,6 @@ constexpr int backward_smem_bytes() {
   // sK, sV, 2 x sQ, 2 x sdO, sdS^T, 2 x lse, 2 x delta
   return (2 * KEYS + 4 * BR) * (HS + kPad) * 2 + KEYS * (BR + kPad) * 2 + 4 * BR * 4;
 }
-
 
 template <int HS>
 __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlocks)

@@ -486,7 +486,11 @@ int initial_variant() {
              "FP8T_ATTN_BWD_VARIANT={}: expected 0, 1, 2 or 3 (see kernels/attention_wgmma.cuh)", env);
   return env[0] - '0';
 }
-int g_variant = initial_variant();
+int g_variant = -1;  // read from the environment at first use (an error then is an exception, not a crash)
+int current_variant() {
+  if (g_variant < 0) g_variant = initial_variant();
+  return g_variant;
+}
 
 template <int kMinBlocks, bool kBulk>
 void launch_backward_wgmma(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
@@ -513,12 +517,12 @@ void set_attention_backward_wgmma_variant(int variant) {
   g_variant = variant;
 }
 
-bool attention_backward_wgmma_tiled_dq() { return g_variant >= 2; }
+bool attention_backward_wgmma_tiled_dq() { return current_variant() >= 2; }
 
 void attention_backward_wgmma64(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
                                 const float* lse, int B, int T, int NH, float scale, cudaStream_t stream) {
   FP8T_CHECK(attention_wgmma_available(), "attention_backward_wgmma64: needs an sm_90a build on a Hopper GPU");
-  switch (g_variant) {
+  switch (current_variant()) {
     case 0: launch_backward_wgmma<2, false>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream); break;
     case 1: launch_backward_wgmma<3, false>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream); break;
     case 2: launch_backward_wgmma<2, true>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream); break;
