@@ -1,0 +1,105 @@
+// Shared by the warpgroup-MMA attention kernels (kernels/attention_wgmma.cu, attention_wgmma_backward.cu):
+// tile sizes, the 128-byte-swizzled tile loads and descriptors, wgmma issue and wait, and the bulk reduction.
+// Every tile is 64 rows of 64 bf16 (128 bytes), stored with the 128-byte swizzle (16-byte chunk c of row r at
+// chunk c ^ (r % 8)), the layout wgmma reads both K-major and MN-major; cp.async fills the tiles.
+#pragma once
+#include <cstdint>
+
+#include "kernels/attention_common.cuh"
+
+namespace fp8t::kernels {
+namespace {
+
+constexpr int kKeys = 64, kRows = 64, kHs = 64, kThreads = 128;
+constexpr int kTileBytes = 64 * 128;  // one 64 x 64 bf16 tile
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// Rows [row0, row0 + 64) of one head (64 channels at `src`, row stride `ld`) into a swizzled tile; rows at or
+// beyond T are zero.
+template <int THREADS = kThreads>
+__device__ __forceinline__ void load_tile_sw128(unsigned char* tile, const bf16* src, int64_t ld, int row0, int T,
+                                                int tid = threadIdx.x) {
+#pragma unroll
+  for (int it = 0; it < 64 * 8 / THREADS; ++it) {
+    const int i = tid + it * THREADS, r = i / 8, c = i % 8;
+    const bool valid = row0 + r < T;
+    cp_async16(tile + r * 128 + ((c ^ (r & 7)) << 4), src + (valid ? row0 + r : 0) * ld + c * 8, valid);
+  }
+}
+
+// Shared-memory matrix descriptor of a 128-byte-swizzled tile: start address, leading byte offset 16 (unused by
+// these shapes), stride byte offset 1024 (between groups of 8 rows), swizzle mode 128B. The tile must be
+// 1024-byte aligned. K-major operands step 16 along K by adding 32 bytes to the start (2 in the 16-byte units
+// of the field), MN-major ones by 16 rows (2048 bytes, 128 units).
+__device__ __forceinline__ uint64_t sw128_desc(const void* tile) {
+  return (uint64_t{smem_u32(tile)} & 0x3FFFF) >> 4 | uint64_t{1} << 16 | uint64_t{1024 >> 4} << 32 | uint64_t{1} << 62;
+}
+constexpr uint64_t kKStep = 2, kMnStep = 128;
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// After a wait: the accumulator registers are read no earlier than here.
+__device__ __forceinline__ void wgmma_settle(float (&d)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// Before an MMA whose register operands other instructions wrote: they are written no later than here.
+__device__ __forceinline__ void wgmma_settle(uint32_t (&a)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[i])::"memory");
+}
+
+#define FP8T_WGMMA_D32                                                                                            \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31}"
+#define FP8T_WGMMA_D32_OPERANDS(d)                                                                                 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),     \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),     \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
+// d (64 x 64 f32) = (accumulate ? d : 0) + A (64 x 16) B (16 x 64), A and B from shared memory; TA / TB: the
+// operand is MN-major (1) or K-major (0). Accumulator: thread 32 w + 4 g + t holds rows 16 w + g (+ 8) and
+// columns 8 j + 2 t (+ 1) in d[4 j + {0, 1}] ({2, 3} for row + 8).
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FP8T_WGMMA_D32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+      : FP8T_WGMMA_D32_OPERANDS(d)
+      : "l"(a), "l"(b), "r"(int{accumulate}), "n"(TA), "n"(TB));
+}
+// The same with A (64 x 16) from registers, in mma.sync's m16n8k16 A layout per warp (warp w: rows 16 w..).
+template <int TB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FP8T_WGMMA_D32
+      ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+      : FP8T_WGMMA_D32_OPERANDS(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1), "n"(TB));
+}
+
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// dst (global) += src (shared), `bytes` (a multiple of 16) of f32, by the bulk copy engine; one thread issues it.
+__device__ __forceinline__ void bulk_reduce_add(float* dst, const float* src, int bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+      "cp.async.bulk.commit_group;\n" ::"l"(dst),
+      "r"(smem_u32(src)), "r"(bytes)
+      : "memory");
+}
+// The issuing thread's bulk reductions have read their shared-memory sources / have completed.
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+}  // namespace
+}  // namespace fp8t::kernels
