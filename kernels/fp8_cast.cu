@@ -78,23 +78,12 @@ struct ThreadStats {
 template <Fp8Format F>
 __device__ __forceinline__ uint2 convert8(const float (&x)[8], float scale, ThreadStats& st) {
   float v[8];
-  bool any_nan = false;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     v[j] = __fmul_rn(x[j], scale);  // the f32 product, as the host codec takes it
     st.add(x[j], v[j], fp8_max(F));
-    any_nan |= isnan(v[j]);
   }
-  uint32_t w[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-    w[h] = to_fp8x2<F>(v[4 * h], v[4 * h + 1]) | to_fp8x2<F>(v[4 * h + 2], v[4 * h + 3]) << 16;
-  if (any_nan) {  // rare: replace whatever NaN code the conversion kept by the canonical one
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      if (isnan(v[j])) w[j / 4] = (w[j / 4] & ~(0xFFu << 8 * (j % 4))) | kNanCode<F> << 8 * (j % 4);
-  }
-  return {w[0], w[1]};
+  return to_fp8x8<F>(v);
 }
 
 // One atomic per block for each statistic (blockDim.x == kThreads).

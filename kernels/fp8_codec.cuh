@@ -34,6 +34,26 @@ __device__ __forceinline__ uint32_t to_fp8x2(float a, float b) {
   return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kFp8Interp<F>);
 }
 
+// Eight values -> eight codes (v[j] in byte j % 4 of word j / 4), each bit-exactly to_fp8<F>(v[j]): the
+// paired conversion, then the canonical NaN code where the conversion kept another (rare).
+template <Fp8Format F>
+__device__ __forceinline__ uint2 to_fp8x8(const float (&v)[8]) {
+  uint32_t w[2];
+  bool any_nan = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    w[h] = to_fp8x2<F>(v[4 * h], v[4 * h + 1]) | to_fp8x2<F>(v[4 * h + 2], v[4 * h + 3]) << 16;
+#pragma unroll
+    for (int j = 4 * h; j < 4 * h + 4; ++j) any_nan |= isnan(v[j]);
+  }
+  if (any_nan) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      if (isnan(v[j])) w[j / 4] = (w[j / 4] & ~(0xFFu << 8 * (j % 4))) | kNanCode<F> << 8 * (j % 4);
+  }
+  return {w[0], w[1]};
+}
+
 // The value of a code, exact (every FP8 value is a half).
 template <Fp8Format F>
 __device__ __forceinline__ float from_fp8(uint8_t c) {

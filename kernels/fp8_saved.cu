@@ -87,22 +87,11 @@ __device__ __forceinline__ void store_chunk(const Bf16Chunk<kWidth>& x, float sc
                                             bf16* roundtrip) {
   if constexpr (kWidth == 8) {
     float v[8];
-    bool any_nan = false;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      v[j] = __fmul_rn(x.value(j), scale);
-      any_nan |= isnan(v[j]);
-    }
-    uint32_t q[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      q[h] = to_fp8x2<kE4m3>(v[4 * h], v[4 * h + 1]) | to_fp8x2<kE4m3>(v[4 * h + 2], v[4 * h + 3]) << 16;
-    if (any_nan) {  // rare: replace whatever NaN code the conversion kept by the canonical one
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        if (isnan(v[j])) q[j / 4] = (q[j / 4] & ~(0xFFu << 8 * (j % 4))) | kNanCode<kE4m3> << 8 * (j % 4);
-    }
-    *reinterpret_cast<uint2*>(codes) = make_uint2(q[0], q[1]);
+    for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(x.value(j), scale);
+    const uint2 w = to_fp8x8<kE4m3>(v);
+    const uint32_t q[2] = {w.x, w.y};
+    *reinterpret_cast<uint2*>(codes) = w;
     if (roundtrip) {
       Vec16<bf16> r;
 #pragma unroll
