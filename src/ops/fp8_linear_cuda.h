@@ -1,0 +1,24 @@
+// The CUDA path of the FP8 linear ops (src/ops/fp8_linear.cpp dispatches to it): cuBLASLt FP8 GEMMs, the
+// fused casts with their input prologues, FP8 activation storage and the backward node.
+#pragma once
+#include "autograd/variable.h"
+#include "kernels/fp8_cast.cuh"
+#include "ops/fp8_linear.h"
+
+namespace fp8t::detail {
+
+// The linear's input as a function of the Var x that fp8_linear_cuda takes, computed inside x's FP8
+// cast (kernels/fp8_cast.cuh, Fp8CastInput) and never stored: x itself; gelu(x), x the MLP's
+// pre-activation; or layernorm(x, ln_w, ln_b), x the residual stream.
+struct InputPrologue {
+  kernels::Fp8CastInput kind = kernels::Fp8CastInput::as_is;
+  Var ln_w, ln_b;  // layernorm: (IC) bf16 weight and bias
+};
+
+// x (..., IC) -> (..., OC), the linear applied to input.kind of x. Backward turns the dgrad output (the
+// gradient of the prologue's output) into x's gradient with the GELU or LayerNorm backward kernel
+// (the latter also adds ln_w's and ln_b's). A prologue needs FP8 storage (checked by the callers):
+// bf16 storage would keep the prologue's output to re-cast it in backward. Arguments checked by the caller.
+Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, const InputPrologue& input = {});
+
+}  // namespace fp8t::detail
