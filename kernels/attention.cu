@@ -533,8 +533,8 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
     attention_backward_wgmma64(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream);
   } else {
     const int BH = B * NH, n_kb = ceil_div(T, KEYS);
-    attention_backward_kernel<HS><<<BH * n_kb, kThreads, bytes, stream>>>(dqkv, dq_accum, delta, dout, qkv, lse, BH, T,
-                                                                        NH, backward_group(BH, n_kb, T, HS, slots), scale);
+    attention_backward_kernel<HS><<<BH * n_kb, kThreads, bytes, stream>>>(
+        dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH, backward_group(BH, n_kb, T, HS, slots), scale);
     CUDA_CHECK_LAUNCH();
   }
   const int dq_blocks = static_cast<int>(std::min<int64_t>((n_chunks + 255) / 256, 65536));
