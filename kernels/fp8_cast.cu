@@ -1,112 +1,17 @@
-// FP8 cast kernels (plain and with transpose), the amax pass and the device scale update. The casts
-// are memory-bound (2 or 4 bytes read and 1 or 2 written per element): 16-byte loads, codes packed
-// into 8- and 16-byte stores, the transpose staged through shared memory.
-#include <cuda_fp8.h>
-
+// FP8 cast kernels (plain and with transpose). The casts are memory-bound (2 or 4 bytes read and 1 or 2
+// written per element): 16-byte loads, codes packed into 8- and 16-byte stores, the transpose staged through
+// shared memory. The amax pass, the device scale update and the dequantize are in kernels/fp8_amax.cu.
 #include <cstring>
 #include <type_traits>
 
 #include "core/launch_limits.h"
-#include "kernels/cuda_common.cuh"
-#include "kernels/fp8_cast.cuh"
-#include "kernels/fp8_codec.cuh"
-#include "kernels/gelu_math.cuh"
-#include "kernels/layernorm_math.cuh"
+#include "kernels/fp8_cast_common.cuh"
 
 namespace fp8t::kernels {
 namespace {
 
 // ------------------------------------------------------------------------------------------------
 // CUDA kernels
-
-constexpr int kThreads = 256;
-
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
-
-// Eight consecutive elements from a 16-byte aligned address.
-__device__ __forceinline__ void load8(const bf16* p, float (&x)[8]) {
-  const auto v = Vec16<bf16>::load(p);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) x[j] = __bfloat162float(v.v[j]);
-}
-__device__ __forceinline__ void load8(const float* p, float (&x)[8]) {
-  const auto v0 = Vec16<float>::load(p), v1 = Vec16<float>::load(p + 4);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) x[j] = v0.v[j], x[j + 4] = v1.v[j];
-}
-
-// The dgelu prologue's value for the gradient d of gelu(pre): gelu_backward's bf16 rounding into a
-// zero-filled gradient (acc = +0). Zero padding stays zero: gelu'(0) * 0 + 0 = +0.
-__device__ __forceinline__ float dgelu_value_bf16(float d, float pre) {
-  return __bfloat162float(__float2bfloat16_rn(gelu_backward_value(0.0f, pre, d)));
-}
-
-// The value a cast reads for element i = (r, c) of the input, x: x, or what the unfused kernel stores
-// for it (gelu_forward's, layernorm_forward's or gelu_backward's bf16 rounding of the shared device
-// arithmetic), so the fused cast sees the unfused cast's input bit for bit. r and c matter only to
-// layernorm, the flat index i only to dgelu.
-template <Fp8CastInput kIn>
-__device__ __forceinline__ float cast_input(float x, int64_t i, int64_t r, int64_t c, const Fp8CastOperands& ops) {
-  if constexpr (kIn == Fp8CastInput::gelu) {
-    return __bfloat162float(__float2bfloat16_rn(gelu(x)));
-  } else if constexpr (kIn == Fp8CastInput::layernorm) {
-    return layernorm_value_bf16(x, ops.mean[r], ops.rstd[r], __bfloat162float(ops.w[c]), __bfloat162float(ops.b[c]));
-  } else if constexpr (kIn == Fp8CastInput::dgelu) {
-    return dgelu_value_bf16(x, __bfloat162float(ops.pre[i]));
-  } else {
-    return x;
-  }
-}
-
-__device__ __forceinline__ uint8_t byte_of(uint32_t w, int b) { return static_cast<uint8_t>(w >> (8 * b)); }
-
-// Per-thread running statistics: |x| as float bits (unsigned order = float order for |x|, and every
-// NaN compares above +inf, so NaN sticks), and the saturation count.
-struct ThreadStats {
-  unsigned amax_bits = 0;
-  unsigned saturated = 0;
-  __device__ __forceinline__ void add(float x, float v, float fmax) {
-    amax_bits = max(amax_bits, __float_as_uint(fabsf(x)));
-    saturated += fabsf(v) > fmax ? 1u : 0u;
-  }
-};
-
-// Eight values -> eight codes (x[j] in byte j % 4 of word j / 4), each bit-exactly to_fp8<F>(x[j] *
-// scale), with their statistics. A zero adds nothing to the statistics (also when scale is inf or NaN:
-// a NaN product is not counted as saturated), so tiles pad with zeros.
-template <Fp8Format F>
-__device__ __forceinline__ uint2 convert8(const float (&x)[8], float scale, ThreadStats& st) {
-  float v[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    v[j] = __fmul_rn(x[j], scale);  // the f32 product, as the host codec takes it
-    st.add(x[j], v[j], fp8_max(F));
-  }
-  return to_fp8x8<F>(v);
-}
-
-// One atomic per block for each statistic (blockDim.x == kThreads).
-__device__ __forceinline__ void flush_stats(ThreadStats s, Fp8CastOutputs out) {
-  __shared__ unsigned s_amax[kThreads / 32], s_sat[kThreads / 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  s.amax_bits = __reduce_max_sync(0xffffffffu, s.amax_bits);
-  s.saturated = __reduce_add_sync(0xffffffffu, s.saturated);
-  if (lane == 0) {
-    s_amax[warp] = s.amax_bits;
-    s_sat[warp] = s.saturated;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned a = 0, n = 0;
-    for (int w = 0; w < kThreads / 32; ++w) {
-      a = max(a, s_amax[w]);
-      n += s_sat[w];
-    }
-    if (out.amax && a) atomicMax(reinterpret_cast<unsigned*>(out.amax), a);
-    if (out.saturated && n) atomicAdd(out.saturated, static_cast<unsigned long long>(n));
-  }
-}
 
 // in (n) -> out (n). kVec (16-byte aligned in, 8-byte aligned out): groups of 8 elements, two per
 // thread in flight, 8-byte stores; the last n % 8 elements one at a time. Otherwise all one at a time.
@@ -327,73 +232,6 @@ __global__ void __launch_bounds__(kThreads)
   flush_stats(st, stats);
 }
 
-// out[i] = bf16(decode(codes[i]) * *scale_inv), decode exact (an FP8 value is exact in half). kVec:
-// 8 codes per thread (one 8-byte load, one 16-byte store).
-template <Fp8Format F, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    dequantize_kernel(const uint8_t* __restrict__ codes, int64_t n, const float* scale_inv, bf16* __restrict__ out) {
-  const float s = *scale_inv;
-  auto decode = [&](uint8_t c) { return dequant_bf16<F>(c, s); };
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  if constexpr (kVec) {
-    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n / 8; i += stride) {
-      const uint2 c = reinterpret_cast<const uint2*>(codes)[i];
-      Vec16<bf16> v;
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        v.v[b] = decode(byte_of(c.x, b));
-        v.v[4 + b] = decode(byte_of(c.y, b));
-      }
-      v.store(out + 8 * i);
-    }
-  } else {
-    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) out[i] = decode(codes[i]);
-  }
-}
-
-// in (n) as (n / cols, cols). kIn layernorm: a block takes whole rows (grid-stride over rows), so that a
-// row's statistics are read once per block; the others ignore cols and stride over elements.
-template <typename T, Fp8CastInput kIn>
-__global__ void __launch_bounds__(kThreads)
-    amax_kernel(const T* in, int64_t n, int64_t cols, Fp8CastOperands ops, float* amax) {
-  ThreadStats st;
-  if constexpr (kIn == Fp8CastInput::layernorm) {
-    const int64_t rows = n / cols;
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-      const float m = ops.mean[r], s = ops.rstd[r];
-      for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
-        const float x = layernorm_value_bf16(to_float(in[r * cols + c]), m, s, __bfloat162float(ops.w[c]),
-                                             __bfloat162float(ops.b[c]));
-        st.add(x, 0.0f, 0.0f);
-      }
-    }
-  } else {
-    for (int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads) {
-      const float x = cast_input<kIn>(to_float(in[i]), i, 0, 0, ops);
-      st.add(x, 0.0f, 0.0f);
-    }
-  }
-  flush_stats(st, Fp8CastOutputs{amax, nullptr});
-}
-
-// Mirrors fp8_scale_from_amax() in src/fp8/scaling.cpp operation for operation (IEEE f32 division).
-__global__ void scale_from_amax_kernel(const float* amax_ptr, float fmax, int margin, float* scale, float* scale_inv) {
-  const float amax = *amax_ptr;
-  float s = *scale;
-  if (amax > 0.0f && isfinite(amax)) {
-    const float t = __fdiv_rn(__fdiv_rn(fmax, amax), ldexpf(1.0f, margin));
-    if (isfinite(t) && t > 0.0f) s = t;
-  }
-  *scale = s;
-  *scale_inv = __fdiv_rn(1.0f, s);
-}
-
-// The block count in 64 bits before the clamp (ceil_div's int would wrap from 2^39 work items on).
-int grid_for(int64_t work_items) {
-  return static_cast<int>(std::clamp<int64_t>(ceil_div64(work_items, kThreads), 1, 4096));
-}
-
-// Enough blocks for one pass over `items` at `per_block` each, capped (the kernels loop past the cap).
 int blocks_for(int64_t items, int64_t per_block) {
   return static_cast<int>(std::clamp<int64_t>((items + per_block - 1) / per_block, 1, int64_t{1} << 20));
 }
@@ -450,7 +288,6 @@ void dispatch_format(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint
   else
     launch_cast<Fp8Format::e5m2>(in, rows, cols, out, out_t, scale, stats, input, ops, stream);
 }
-
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------
@@ -476,53 +313,6 @@ void fp8_cast(const void* in, DType in_dtype, int64_t rows, int64_t cols, uint8_
     dispatch_format(static_cast<const float*>(in), rows, cols, out, out_t, format, scale, stats, input, ops, stream);
   else
     FP8T_FAIL("fp8_cast: input must be bf16 or f32, got {}", dtype_name(in_dtype));
-}
-
-void fp8_amax(const void* in, DType in_dtype, int64_t n, float* amax, cudaStream_t stream, Fp8CastInput input,
-              int64_t cols, Fp8CastOperands ops) {
-  FP8T_CHECK(n > 0 && amax, "fp8_amax: bad arguments n={}", n);
-  FP8T_CHECK(input == Fp8CastInput::as_is || in_dtype == DType::bf16,
-             "fp8_amax: a prologue (GELU, LayerNorm, GELU backward) takes bf16 input, got {}", dtype_name(in_dtype));
-  FP8T_CHECK(input != Fp8CastInput::layernorm || (cols > 0 && n % cols == 0 && ops.mean && ops.rstd && ops.w && ops.b),
-             "fp8_amax: the LayerNorm prologue needs cols dividing n = {} (got {}) and mean, rstd, w and b", n, cols);
-  FP8T_CHECK(input != Fp8CastInput::dgelu || ops.pre, "fp8_amax: the GELU backward prologue needs pre");
-  constexpr auto as_is = Fp8CastInput::as_is;
-  const auto* in_bf16 = static_cast<const bf16*>(in);
-  if (input == Fp8CastInput::layernorm) {
-    const int blocks = static_cast<int>(std::clamp<int64_t>(n / cols, 1, 4096));
-    amax_kernel<bf16, Fp8CastInput::layernorm><<<blocks, kThreads, 0, stream>>>(in_bf16, n, cols, ops, amax);
-  } else if (input == Fp8CastInput::gelu) {
-    amax_kernel<bf16, Fp8CastInput::gelu><<<grid_for(n), kThreads, 0, stream>>>(in_bf16, n, cols, ops, amax);
-  } else if (input == Fp8CastInput::dgelu) {
-    amax_kernel<bf16, Fp8CastInput::dgelu><<<grid_for(n), kThreads, 0, stream>>>(in_bf16, n, cols, ops, amax);
-  } else if (in_dtype == DType::bf16) {
-    amax_kernel<bf16, as_is><<<grid_for(n), kThreads, 0, stream>>>(in_bf16, n, cols, ops, amax);
-  } else if (in_dtype == DType::f32) {
-    amax_kernel<float, as_is><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), n, cols, ops, amax);
-  } else {
-    FP8T_FAIL("fp8_amax: input must be bf16 or f32, got {}", dtype_name(in_dtype));
-  }
-  CUDA_CHECK_LAUNCH();
-}
-
-void fp8_scale_from_amax(const float* amax, float fmax, int margin, float* scale, float* scale_inv,
-                         cudaStream_t stream) {
-  scale_from_amax_kernel<<<1, 1, 0, stream>>>(amax, fmax, margin, scale, scale_inv);
-  CUDA_CHECK_LAUNCH();
-}
-
-void fp8_dequantize(const uint8_t* codes, Fp8Format format, int64_t n, const float* scale_inv, __nv_bfloat16* out,
-                    cudaStream_t stream) {
-  FP8T_CHECK(n > 0 && codes && scale_inv && out, "fp8_dequantize: bad arguments n={}", n);
-  const bool vec = n % 8 == 0 && (reinterpret_cast<uintptr_t>(codes) & 7u) == 0 && aligned16(out);
-  const int64_t work = vec ? n / 8 : n;
-  const int blocks = static_cast<int>(std::min<int64_t>(ceil_div64(work, kThreads), 132 * 16));
-  auto launch = [&](auto kernel) { kernel<<<blocks, kThreads, 0, stream>>>(codes, n, scale_inv, out); };
-  if (format == Fp8Format::e4m3)
-    vec ? launch(dequantize_kernel<Fp8Format::e4m3, true>) : launch(dequantize_kernel<Fp8Format::e4m3, false>);
-  else
-    vec ? launch(dequantize_kernel<Fp8Format::e5m2, true>) : launch(dequantize_kernel<Fp8Format::e5m2, false>);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace fp8t::kernels

@@ -1,0 +1,125 @@
+// The FP8 amax pass (with the cast prologues), the device scale update from an amax, and the per-tensor
+// dequantize, beside the casts of kernels/fp8_cast.cu.
+#include "core/launch_limits.h"
+#include "kernels/fp8_cast_common.cuh"
+
+namespace fp8t::kernels {
+namespace {
+
+// out[i] = bf16(decode(codes[i]) * *scale_inv), decode exact (an FP8 value is exact in half). kVec:
+// 8 codes per thread (one 8-byte load, one 16-byte store).
+template <Fp8Format F, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    dequantize_kernel(const uint8_t* __restrict__ codes, int64_t n, const float* scale_inv, bf16* __restrict__ out) {
+  const float s = *scale_inv;
+  auto decode = [&](uint8_t c) { return dequant_bf16<F>(c, s); };
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  if constexpr (kVec) {
+    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n / 8; i += stride) {
+      const uint2 c = reinterpret_cast<const uint2*>(codes)[i];
+      Vec16<bf16> v;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        v.v[b] = decode(byte_of(c.x, b));
+        v.v[4 + b] = decode(byte_of(c.y, b));
+      }
+      v.store(out + 8 * i);
+    }
+  } else {
+    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) out[i] = decode(codes[i]);
+  }
+}
+
+// in (n) as (n / cols, cols). kIn layernorm: a block takes whole rows (grid-stride over rows), so that a
+// row's statistics are read once per block; the others ignore cols and stride over elements.
+template <typename T, Fp8CastInput kIn>
+__global__ void __launch_bounds__(kThreads)
+    amax_kernel(const T* in, int64_t n, int64_t cols, Fp8CastOperands ops, float* amax) {
+  ThreadStats st;
+  if constexpr (kIn == Fp8CastInput::layernorm) {
+    const int64_t rows = n / cols;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+      const float m = ops.mean[r], s = ops.rstd[r];
+      for (int64_t c = threadIdx.x; c < cols; c += kThreads) {
+        const float x = layernorm_value_bf16(to_float(in[r * cols + c]), m, s, __bfloat162float(ops.w[c]),
+                                             __bfloat162float(ops.b[c]));
+        st.add(x, 0.0f, 0.0f);
+      }
+    }
+  } else {
+    for (int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads) {
+      const float x = cast_input<kIn>(to_float(in[i]), i, 0, 0, ops);
+      st.add(x, 0.0f, 0.0f);
+    }
+  }
+  flush_stats(st, Fp8CastOutputs{amax, nullptr});
+}
+
+// Mirrors fp8_scale_from_amax() in src/fp8/scaling.cpp operation for operation (IEEE f32 division).
+__global__ void scale_from_amax_kernel(const float* amax_ptr, float fmax, int margin, float* scale, float* scale_inv) {
+  const float amax = *amax_ptr;
+  float s = *scale;
+  if (amax > 0.0f && isfinite(amax)) {
+    const float t = __fdiv_rn(__fdiv_rn(fmax, amax), ldexpf(1.0f, margin));
+    if (isfinite(t) && t > 0.0f) s = t;
+  }
+  *scale = s;
+  *scale_inv = __fdiv_rn(1.0f, s);
+}
+
+// The block count in 64 bits before the clamp (ceil_div's int would wrap from 2^39 work items on).
+int grid_for(int64_t work_items) {
+  return static_cast<int>(std::clamp<int64_t>(ceil_div64(work_items, kThreads), 1, 4096));
+}
+
+
+}  // namespace
+
+void fp8_amax(const void* in, DType in_dtype, int64_t n, float* amax, cudaStream_t stream, Fp8CastInput input,
+              int64_t cols, Fp8CastOperands ops) {
+  FP8T_CHECK(n > 0 && amax, "fp8_amax: bad arguments n={}", n);
+  FP8T_CHECK(input == Fp8CastInput::as_is || in_dtype == DType::bf16,
+             "fp8_amax: a prologue (GELU, LayerNorm, GELU backward) takes bf16 input, got {}", dtype_name(in_dtype));
+  FP8T_CHECK(input != Fp8CastInput::layernorm || (cols > 0 && n % cols == 0 && ops.mean && ops.rstd && ops.w && ops.b),
+             "fp8_amax: the LayerNorm prologue needs cols dividing n = {} (got {}) and mean, rstd, w and b", n, cols);
+  FP8T_CHECK(input != Fp8CastInput::dgelu || ops.pre, "fp8_amax: the GELU backward prologue needs pre");
+  constexpr auto as_is = Fp8CastInput::as_is;
+  const auto* in_bf16 = static_cast<const bf16*>(in);
+  if (input == Fp8CastInput::layernorm) {
+    const int blocks = static_cast<int>(std::clamp<int64_t>(n / cols, 1, 4096));
+    amax_kernel<bf16, Fp8CastInput::layernorm><<<blocks, kThreads, 0, stream>>>(in_bf16, n, cols, ops, amax);
+  } else if (input == Fp8CastInput::gelu) {
+    amax_kernel<bf16, Fp8CastInput::gelu><<<grid_for(n), kThreads, 0, stream>>>(in_bf16, n, cols, ops, amax);
+  } else if (input == Fp8CastInput::dgelu) {
+    amax_kernel<bf16, Fp8CastInput::dgelu><<<grid_for(n), kThreads, 0, stream>>>(in_bf16, n, cols, ops, amax);
+  } else if (in_dtype == DType::bf16) {
+    amax_kernel<bf16, as_is><<<grid_for(n), kThreads, 0, stream>>>(in_bf16, n, cols, ops, amax);
+  } else if (in_dtype == DType::f32) {
+    amax_kernel<float, as_is><<<grid_for(n), kThreads, 0, stream>>>(static_cast<const float*>(in), n, cols, ops, amax);
+  } else {
+    FP8T_FAIL("fp8_amax: input must be bf16 or f32, got {}", dtype_name(in_dtype));
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void fp8_scale_from_amax(const float* amax, float fmax, int margin, float* scale, float* scale_inv,
+                         cudaStream_t stream) {
+  scale_from_amax_kernel<<<1, 1, 0, stream>>>(amax, fmax, margin, scale, scale_inv);
+  CUDA_CHECK_LAUNCH();
+}
+
+void fp8_dequantize(const uint8_t* codes, Fp8Format format, int64_t n, const float* scale_inv, __nv_bfloat16* out,
+                    cudaStream_t stream) {
+  FP8T_CHECK(n > 0 && codes && scale_inv && out, "fp8_dequantize: bad arguments n={}", n);
+  const bool vec = n % 8 == 0 && (reinterpret_cast<uintptr_t>(codes) & 7u) == 0 && aligned16(out);
+  const int64_t work = vec ? n / 8 : n;
+  const int blocks = static_cast<int>(std::min<int64_t>(ceil_div64(work, kThreads), 132 * 16));
+  auto launch = [&](auto kernel) { kernel<<<blocks, kThreads, 0, stream>>>(codes, n, scale_inv, out); };
+  if (format == Fp8Format::e4m3)
+    vec ? launch(dequantize_kernel<Fp8Format::e4m3, true>) : launch(dequantize_kernel<Fp8Format::e4m3, false>);
+  else
+    vec ? launch(dequantize_kernel<Fp8Format::e5m2, true>) : launch(dequantize_kernel<Fp8Format::e5m2, false>);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace fp8t::kernels

@@ -1,0 +1,108 @@
+// Device helpers shared by the FP8 cast kernels (kernels/fp8_cast.cu) and the amax / dequantize kernels
+// (kernels/fp8_amax.cu): element loads, the prologues' input values, per-thread statistics and the eight-value
+// encode with them.
+#pragma once
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "kernels/cuda_common.cuh"
+#include "kernels/fp8_cast.cuh"
+#include "kernels/fp8_codec.cuh"
+#include "kernels/gelu_math.cuh"
+#include "kernels/layernorm_math.cuh"
+
+namespace fp8t::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+
+// Eight consecutive elements from a 16-byte aligned address.
+__device__ __forceinline__ void load8(const bf16* p, float (&x)[8]) {
+  const auto v = Vec16<bf16>::load(p);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) x[j] = __bfloat162float(v.v[j]);
+}
+__device__ __forceinline__ void load8(const float* p, float (&x)[8]) {
+  const auto v0 = Vec16<float>::load(p), v1 = Vec16<float>::load(p + 4);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) x[j] = v0.v[j], x[j + 4] = v1.v[j];
+}
+
+// The dgelu prologue's value for the gradient d of gelu(pre): gelu_backward's bf16 rounding into a
+// zero-filled gradient (acc = +0). Zero padding stays zero: gelu'(0) * 0 + 0 = +0.
+__device__ __forceinline__ float dgelu_value_bf16(float d, float pre) {
+  return __bfloat162float(__float2bfloat16_rn(gelu_backward_value(0.0f, pre, d)));
+}
+
+// The value a cast reads for element i = (r, c) of the input, x: x, or what the unfused kernel stores
+// for it (gelu_forward's, layernorm_forward's or gelu_backward's bf16 rounding of the shared device
+// arithmetic), so the fused cast sees the unfused cast's input bit for bit. r and c matter only to
+// layernorm, the flat index i only to dgelu.
+template <Fp8CastInput kIn>
+__device__ __forceinline__ float cast_input(float x, int64_t i, int64_t r, int64_t c, const Fp8CastOperands& ops) {
+  if constexpr (kIn == Fp8CastInput::gelu) {
+    return __bfloat162float(__float2bfloat16_rn(gelu(x)));
+  } else if constexpr (kIn == Fp8CastInput::layernorm) {
+    return layernorm_value_bf16(x, ops.mean[r], ops.rstd[r], __bfloat162float(ops.w[c]), __bfloat162float(ops.b[c]));
+  } else if constexpr (kIn == Fp8CastInput::dgelu) {
+    return dgelu_value_bf16(x, __bfloat162float(ops.pre[i]));
+  } else {
+    return x;
+  }
+}
+
+__device__ __forceinline__ uint8_t byte_of(uint32_t w, int b) { return static_cast<uint8_t>(w >> (8 * b)); }
+
+// Per-thread running statistics: |x| as float bits (unsigned order = float order for |x|, and every
+// NaN compares above +inf, so NaN sticks), and the saturation count.
+struct ThreadStats {
+  unsigned amax_bits = 0;
+  unsigned saturated = 0;
+  __device__ __forceinline__ void add(float x, float v, float fmax) {
+    amax_bits = max(amax_bits, __float_as_uint(fabsf(x)));
+    saturated += fabsf(v) > fmax ? 1u : 0u;
+  }
+};
+
+// Eight values -> eight codes (x[j] in byte j % 4 of word j / 4), each bit-exactly to_fp8<F>(x[j] *
+// scale), with their statistics. A zero adds nothing to the statistics (also when scale is inf or NaN:
+// a NaN product is not counted as saturated), so tiles pad with zeros.
+template <Fp8Format F>
+__device__ __forceinline__ uint2 convert8(const float (&x)[8], float scale, ThreadStats& st) {
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    v[j] = __fmul_rn(x[j], scale);  // the f32 product, as the host codec takes it
+    st.add(x[j], v[j], fp8_max(F));
+  }
+  return to_fp8x8<F>(v);
+}
+
+// One atomic per block for each statistic (blockDim.x == kThreads).
+__device__ __forceinline__ void flush_stats(ThreadStats s, Fp8CastOutputs out) {
+  __shared__ unsigned s_amax[kThreads / 32], s_sat[kThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  s.amax_bits = __reduce_max_sync(0xffffffffu, s.amax_bits);
+  s.saturated = __reduce_add_sync(0xffffffffu, s.saturated);
+  if (lane == 0) {
+    s_amax[warp] = s.amax_bits;
+    s_sat[warp] = s.saturated;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned a = 0, n = 0;
+    for (int w = 0; w < kThreads / 32; ++w) {
+      a = max(a, s_amax[w]);
+      n += s_sat[w];
+    }
+    if (out.amax && a) atomicMax(reinterpret_cast<unsigned*>(out.amax), a);
+    if (out.saturated && n) atomicAdd(out.saturated, static_cast<unsigned long long>(n));
+  }
+}
+
+}  // namespace
+}  // namespace fp8t::kernels
