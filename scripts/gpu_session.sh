@@ -58,10 +58,11 @@ if [ "${ATTN:-0}" = 1 ]; then
   build-gpu/tests/fp8t_gpu_tests "attention throughput" 2>&1 | tail -12 | tee "$OUT/attention_bench.txt"
 fi
 # Per-kernel profiles (PROFILE=1): GPT-2 1.5B's width (C 1600, B 16) with 4 layers instead of 48, BF16 and
-# FP8: per-layer kernel times are those of the full model (multiply by 12), in a fraction of Nsight's time.
+# FP8, without recompute as in the benchmarks: per-layer kernel times are those of the full model (multiply by
+# 12), in a fraction of Nsight's time.
 if [ "${PROFILE:-0}" = 1 ]; then
   for cfg in configs/gpt2-1.5b-bf16.yaml configs/gpt2-1.5b-fp8.yaml; do
-    OUT="$OUT" bash scripts/bench/profile_step.sh "$cfg" 16 --set model.n_layer=4 2>&1 | head -45 | tee -a "$OUT/profile.txt"
+    OUT="$OUT" bash scripts/bench/profile_step.sh "$cfg" 16 --set model.n_layer=4 --set train.recompute=none 2>&1 | head -45 | tee -a "$OUT/profile.txt"
   done
 fi
 # Benchmarks: each argument is MODEL:B:PRECISIONS, e.g. d12:32:bf16,fp8 (variants: bf16+ln, fp8+all)
