@@ -55,7 +55,7 @@ if [ "${FIT:-0}" = 1 ]; then
 fi
 # Attention kernels alone (ATTN=1): the [.bench] throughput case against the CPU-checked kernels.
 if [ "${ATTN:-0}" = 1 ]; then
-  build-gpu/tests/fp8t_gpu_tests "attention throughput" 2>&1 | tail -12 | tee "$OUT/attention_bench.txt"
+  build-gpu/tests/fp8t_gpu_tests "attention throughput" 2>&1 | grep "^attention" | tee "$OUT/attention_bench.txt"
 fi
 # Per-kernel profiles (PROFILE=1): GPT-2 1.5B's width (C 1600, B 16) with 4 layers instead of 48, BF16 and
 # FP8, without recompute as in the benchmarks: per-layer kernel times are those of the full model (multiply by
