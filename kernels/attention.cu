@@ -139,47 +139,9 @@ __global__ void __launch_bounds__(kFwdThreads, HS == 64 ? 2 : 1)
           mma(s[2 * jp + 1], qf[kk], kb[2], kb[3]);
         }
       }
-      if (k0 + kFwdKeys - 1 > row_lo) {  // the diagonal crosses this warp's rows
-#pragma unroll
-        for (int j = 0; j < kFwdKeys / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (k0 + 8 * j + 2 * t + (e & 1) > row_lo + g + 8 * (e >> 1)) s[j][e] = -INFINITY;
-      }
-      // Online softmax; key 0 precedes every query, so the running max is finite from the first tile on.
-      float mx[2] = {m[0], m[1]};
-#pragma unroll
-      for (int j = 0; j < kFwdKeys / 8; ++j) {
-        mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
-        mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
-      }
-      float alpha[2], msc[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        msc[r] = mx[r] * sl2;
-        alpha[r] = exp2f(m[r] * sl2 - msc[r]);
-        m[r] = mx[r];
-        l[r] *= alpha[r];
-      }
-      uint32_t pf[kFwdKeys / 16][4];  // P (16, 64) bf16 as A fragments: the accumulator layout maps onto it
-#pragma unroll
-      for (int j = 0; j < kFwdKeys / 8; ++j) {
-        const float p0 = exp2f(fmaf(s[j][0], sl2, -msc[0])), p1 = exp2f(fmaf(s[j][1], sl2, -msc[0]));
-        const float p2 = exp2f(fmaf(s[j][2], sl2, -msc[1])), p3 = exp2f(fmaf(s[j][3], sl2, -msc[1]));
-        l[0] += p0 + p1;
-        l[1] += p2 + p3;
-        pf[j / 2][(j & 1) * 2] = pack_bf16(p0, p1);
-        pf[j / 2][(j & 1) * 2 + 1] = pack_bf16(p2, p3);
-      }
-#pragma unroll
-      for (int d = 0; d < HS / 8; ++d) {
-        o[d][0] *= alpha[0];
-        o[d][1] *= alpha[0];
-        o[d][2] *= alpha[1];
-        o[d][3] *= alpha[1];
-      }
+      if (k0 + kFwdKeys - 1 > row_lo) mask_causal(s, k0, row_lo, g, t);  // the diagonal crosses this warp's rows
+      uint32_t pf[kFwdKeys / 16][4];  // P (16, 64) bf16 as A fragments
+      online_softmax_step(s, sl2, m, l, o, pf);
 #pragma unroll
       for (int kk = 0; kk < kFwdKeys / 16; ++kk) {
 #pragma unroll
@@ -194,19 +156,7 @@ __global__ void __launch_bounds__(kFwdThreads, HS == 64 ? 2 : 1)
     __syncthreads();  // every warp is done with stage st before the next step refills it
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    const int qi = row_lo + g + 8 * r;
-    if (qi >= T) continue;
-    const float inv = 1.0f / l[r];
-    bf16* dst = out + (int64_t{b} * T + qi) * C + h * HS + 2 * t;
-#pragma unroll
-    for (int d = 0; d < HS / 8; ++d)
-      *reinterpret_cast<__nv_bfloat162*>(dst + 8 * d) = __floats2bfloat162_rn(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
-    if (t == 0) lse[int64_t{bh} * T + qi] = (m[r] * sl2 + log2f(l[r])) / kLog2e;
-  }
+  store_rows(o, l, m, sl2, out + int64_t{b} * T * C + h * HS, C, lse + int64_t{bh} * T, row_lo, T, g, t);
 }
 
 // delta (B, NH, T) = rowsum(dO * O) per head, and dq_accum (B, T, C) = 0 for the backward's atomics.
@@ -360,28 +310,13 @@ __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlock
     // P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta); both as A fragments, dS^T also to shared.
     // The mask is needed iff the step's first query precedes the warp's last key.
     const bool diagonal = q0 < key_lo + 15;
-    const float* sLset = sLse + st * BR;
-    const float* sDeltat = sDelta + st * BR;
     uint32_t pa[BR / 16][4], dsa[BR / 16][4];
-#pragma unroll
-    for (int j = 0; j < BR / 8; ++j) {
-      const float2 lq = *reinterpret_cast<const float2*>(sLset + 8 * j + 2 * t);
-      const float2 dq = *reinterpret_cast<const float2*>(sDeltat + 8 * j + 2 * t);
-      float p[4], ds[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        p[e] = exp2f(fmaf(s[j][e], sl2, -((e & 1) ? lq.y : lq.x)));
-        if (diagonal && q0 + 8 * j + 2 * t + (e & 1) < key_lo + g + 8 * (e >> 1)) p[e] = 0.0f;
-        ds[e] = p[e] * (dp[j][e] - ((e & 1) ? dq.y : dq.x));
-      }
-      pa[j / 2][(j & 1) * 2] = pack_bf16(p[0], p[1]);
-      pa[j / 2][(j & 1) * 2 + 1] = pack_bf16(p[2], p[3]);
-      dsa[j / 2][(j & 1) * 2] = pack_bf16(ds[0], ds[1]);
-      dsa[j / 2][(j & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
-      bf16* row = sdSt + (warp * 16 + g) * kLdS + 8 * j + 2 * t;
-      *reinterpret_cast<uint32_t*>(row) = dsa[j / 2][(j & 1) * 2];
-      *reinterpret_cast<uint32_t*>(row + 8 * kLdS) = dsa[j / 2][(j & 1) * 2 + 1];
-    }
+    backward_p_ds(s, dp, sLse + st * BR, sDelta + st * BR, sl2, diagonal, q0, key_lo, g, t, pa, dsa,
+                  [&](int j, uint32_t lo, uint32_t hi) {
+                    bf16* row = sdSt + (warp * 16 + g) * kLdS + 8 * j + 2 * t;
+                    *reinterpret_cast<uint32_t*>(row) = lo;
+                    *reinterpret_cast<uint32_t*>(row + 8 * kLdS) = hi;
+                  });
     // dV += P^T dO, dK += dS^T Q (dK unscaled until the end).
 #pragma unroll
     for (int kk = 0; kk < BR / 16; ++kk) {

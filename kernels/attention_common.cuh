@@ -1,5 +1,5 @@
-// Device helpers shared by the attention kernels (kernels/attention.cu, kernels/attention_wgmma.cu): cp.async,
-// bf16 packing, and the block order of the backward pass.
+// Device helpers shared by the attention kernels (kernels/attention.cu, kernels/attention_wgmma*.cu): cp.async,
+// bf16 packing, the softmax and gradient arithmetic on accumulator tiles, and the block order of the backward.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -29,6 +29,112 @@ __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// The m16n8 accumulator layout, shared by mma.sync's tiles and wgmma's per-warp rows: a warp's 16-row tile
+// over N8 * 8 columns is x[N8][4], lane 4 g + t holding rows g (x[j][0], x[j][1]) and g + 8 (x[j][2], x[j][3]),
+// columns 8 j + 2 t and + 1. Accumulator pairs of adjacent 8-column tiles are the A fragment of a 16-wide k
+// step: A[k] = {x[2k][0..1], x[2k][2..3], x[2k+1][0..1], x[2k+1][2..3]}, each pair packed to bf16.
+
+// Forward: raw scores s of the warp's queries row_lo + g (+ 8) against keys k0 + 8 j + 2 t (+ 1); keys after
+// their query become -inf.
+template <int N8>
+__device__ __forceinline__ void mask_causal(float (&s)[N8][4], int k0, int row_lo, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < N8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (k0 + 8 * j + 2 * t + (e & 1) > row_lo + g + 8 * (e >> 1)) s[j][e] = -INFINITY;
+}
+
+// Forward: one online-softmax step over a tile of raw scores s (sl2 = scale * log2(e)). The running max m and
+// partial sum l of rows g, g + 8 are updated, the output accumulator o is rescaled, and P = exp(scale s - max)
+// comes out as bf16 A fragments pf. Key 0 precedes every query, so the running max is finite from the first
+// tile on.
+template <int N8, int D8>
+__device__ __forceinline__ void online_softmax_step(const float (&s)[N8][4], float sl2, float (&m)[2], float (&l)[2],
+                                                    float (&o)[D8][4], uint32_t (&pf)[N8 / 2][4]) {
+  float mx[2] = {m[0], m[1]};
+#pragma unroll
+  for (int j = 0; j < N8; ++j) {
+    mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+    mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+  }
+  float alpha[2], msc[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    msc[r] = mx[r] * sl2;
+    alpha[r] = exp2f(m[r] * sl2 - msc[r]);
+    m[r] = mx[r];
+    l[r] *= alpha[r];
+  }
+#pragma unroll
+  for (int j = 0; j < N8; ++j) {
+    const float p0 = exp2f(fmaf(s[j][0], sl2, -msc[0])), p1 = exp2f(fmaf(s[j][1], sl2, -msc[0]));
+    const float p2 = exp2f(fmaf(s[j][2], sl2, -msc[1])), p3 = exp2f(fmaf(s[j][3], sl2, -msc[1]));
+    l[0] += p0 + p1;
+    l[1] += p2 + p3;
+    pf[j / 2][(j & 1) * 2] = pack_bf16(p0, p1);
+    pf[j / 2][(j & 1) * 2 + 1] = pack_bf16(p2, p3);
+  }
+#pragma unroll
+  for (int d = 0; d < D8; ++d) {
+    o[d][0] *= alpha[0];
+    o[d][1] *= alpha[0];
+    o[d][2] *= alpha[1];
+    o[d][3] *= alpha[1];
+  }
+}
+
+// Forward: the warp's finished rows row_lo + g (+ 8) below T. out (rows of stride ld, at the head's first
+// channel) = o / l as bf16; lse (the head's T values) = the row's logsumexp of scale * s.
+template <int D8>
+__device__ __forceinline__ void store_rows(const float (&o)[D8][4], float (&l)[2], const float (&m)[2], float sl2,
+                                           bf16* out, int64_t ld, float* lse, int row_lo, int T, int g, int t) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    const int qi = row_lo + g + 8 * r;
+    if (qi >= T) continue;
+    const float inv = 1.0f / l[r];
+    bf16* dst = out + qi * ld + 2 * t;
+#pragma unroll
+    for (int d = 0; d < D8; ++d)
+      *reinterpret_cast<__nv_bfloat162*>(dst + 8 * d) = __floats2bfloat162_rn(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
+    if (t == 0) lse[qi] = (m[r] * sl2 + log2f(l[r])) / kLog2e;
+  }
+}
+
+// Backward: P^T = exp(scale S^T - lse) and dS^T = P^T (dP^T - delta) of the warp's keys key_lo + g (+ 8) over
+// the step's queries q0 + 8 j + 2 t (+ 1), as bf16 A fragments (k = queries). lse2 (lse * log2(e)) and delta:
+// the step's per-query values; on a diagonal step P = 0 where the query precedes the key. store_ds(j, lo, hi)
+// receives the packed dS^T pairs of tile j (rows g and g + 8) as they are made (the kernels keep dS^T in shared
+// memory for dQ; storing inside the loop keeps the mma.sync kernel's register allocation).
+template <int N8, typename StoreDs>
+__device__ __forceinline__ void backward_p_ds(const float (&s)[N8][4], const float (&dp)[N8][4], const float* lse2,
+                                              const float* delta, float sl2, bool diagonal, int q0, int key_lo, int g,
+                                              int t, uint32_t (&pa)[N8 / 2][4], uint32_t (&dsa)[N8 / 2][4],
+                                              StoreDs store_ds) {
+#pragma unroll
+  for (int j = 0; j < N8; ++j) {
+    const float2 lq = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
+    const float2 dq = *reinterpret_cast<const float2*>(delta + 8 * j + 2 * t);
+    float p[4], ds[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      p[e] = exp2f(fmaf(s[j][e], sl2, -((e & 1) ? lq.y : lq.x)));
+      if (diagonal && q0 + 8 * j + 2 * t + (e & 1) < key_lo + g + 8 * (e >> 1)) p[e] = 0.0f;
+      ds[e] = p[e] * (dp[j][e] - ((e & 1) ? dq.y : dq.x));
+    }
+    pa[j / 2][(j & 1) * 2] = pack_bf16(p[0], p[1]);
+    pa[j / 2][(j & 1) * 2 + 1] = pack_bf16(p[2], p[3]);
+    dsa[j / 2][(j & 1) * 2] = pack_bf16(ds[0], ds[1]);
+    dsa[j / 2][(j & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
+    store_ds(j, dsa[j / 2][(j & 1) * 2], dsa[j / 2][(j & 1) * 2 + 1]);
+  }
 }
 
 // Block order of the backward. Before, blocks ran key block by key block over all B*NH heads, so the ~400 in

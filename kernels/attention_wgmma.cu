@@ -40,9 +40,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2)
   cp_async_commit();
   const uint64_t dQ = sw128_desc(sQ + wg * kTileBytes);
 
-  float o[32];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) o[i] = 0.0f;
+  float o[8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8: raw max, partial sum
 
   for (int kt = 0; kt < n_kt; ++kt) {
@@ -59,54 +57,16 @@ __global__ void __launch_bounds__(kFwdThreads, 2)
     __syncthreads();
     if (k0 <= wg_lo + 63) {  // else every key of the tile is after every query of this warpgroup
       const uint64_t dKt = sw128_desc(sK + st * kTileBytes), dVt = sw128_desc(sV + st * kTileBytes);
-      float s[32];
+      float s[8][4];
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kHs / 16; ++kk) wgmma_ss<0, 0>(s, dQ + kk * kKStep, dKt + kk * kKStep, kk > 0);
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_settle(s);
-      if (k0 + kKeys - 1 > row_lo) {  // the diagonal crosses this warp's rows
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (k0 + 8 * j + 2 * t + (e & 1) > row_lo + g + 8 * (e >> 1)) s[4 * j + e] = -INFINITY;
-      }
-      // Online softmax; key 0 precedes every query, so the running max is finite from the first tile on.
-      float mx[2] = {m[0], m[1]};
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        mx[0] = fmaxf(mx[0], fmaxf(s[4 * j], s[4 * j + 1]));
-        mx[1] = fmaxf(mx[1], fmaxf(s[4 * j + 2], s[4 * j + 3]));
-      }
-      float alpha[2], msc[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        msc[r] = mx[r] * sl2;
-        alpha[r] = exp2f(m[r] * sl2 - msc[r]);
-        m[r] = mx[r];
-        l[r] *= alpha[r];
-      }
-      uint32_t pf[4][4];  // P (64, 64) bf16 as A fragments: the accumulator layout maps onto it
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float p0 = exp2f(fmaf(s[4 * j], sl2, -msc[0])), p1 = exp2f(fmaf(s[4 * j + 1], sl2, -msc[0]));
-        const float p2 = exp2f(fmaf(s[4 * j + 2], sl2, -msc[1])), p3 = exp2f(fmaf(s[4 * j + 3], sl2, -msc[1]));
-        l[0] += p0 + p1;
-        l[1] += p2 + p3;
-        pf[j / 2][(j & 1) * 2] = pack_bf16(p0, p1);
-        pf[j / 2][(j & 1) * 2 + 1] = pack_bf16(p2, p3);
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        o[4 * j] *= alpha[0];
-        o[4 * j + 1] *= alpha[0];
-        o[4 * j + 2] *= alpha[1];
-        o[4 * j + 3] *= alpha[1];
-      }
+      if (k0 + kKeys - 1 > row_lo) mask_causal(s, k0, row_lo, g, t);  // the diagonal crosses this warp's rows
+      uint32_t pf[4][4];  // P (64, 64) bf16 as A fragments
+      online_softmax_step(s, sl2, m, l, o, pf);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) wgmma_settle(pf[kk]);
       wgmma_settle(o);
@@ -120,20 +80,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2)
     __syncthreads();  // every warp is done with stage st before the next step refills it
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    const int qi = row_lo + g + 8 * r;
-    if (qi >= T) continue;
-    const float inv = 1.0f / l[r];
-    bf16* dst = out + (int64_t{b} * T + qi) * C + h * kHs + 2 * t;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) =
-          __floats2bfloat162_rn(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-    if (t == 0) lse[int64_t{bh} * T + qi] = (m[r] * sl2 + log2f(l[r])) / kLog2e;
-  }
+  store_rows(o, l, m, sl2, out + int64_t{b} * T * C + h * kHs, C, lse + int64_t{bh} * T, row_lo, T, g, t);
 }
 
 #else  // not sm_90a: never launched (attention_wgmma_available() is false)

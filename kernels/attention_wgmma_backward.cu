@@ -70,9 +70,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     sDelta[threadIdx.x] = qi < T ? delta_bh[qi] : 0.0f;
   }
 
-  float dk[32], dv[32];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) dk[i] = dv[i] = 0.0f;
+  float dk[8][4] = {}, dv[8][4] = {};
   const uint64_t dK = sw128_desc(sK), dV = sw128_desc(sV), dSt = sw128_desc(sdSt);
 
   for (int qb = kb; qb < n_qb; ++qb) {
@@ -93,7 +91,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     const uint64_t dQt = sw128_desc(sQ + st * kTileBytes), dOt = sw128_desc(sdO + st * kTileBytes);
 
     // S^T = K Q^T, dP^T = V dO^T: (64 keys, 64 queries), K = the 64 channels.
-    float s[32], dp[32];
+    float s[8][4], dp[8][4];
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kHs / 16; ++kk) {
@@ -107,33 +105,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
     // P^T, dS^T as A fragments (k = queries); dS^T also into sdSt. Masked on the diagonal step only (the one
     // where queries precede keys; it also holds every key past T).
-    const bool diagonal = qb == kb;
-    const float* sLset = sLse + st * kRows;
-    const float* sDeltat = sDelta + st * kRows;
     uint32_t pa[4][4], dsa[4][4];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 lq = *reinterpret_cast<const float2*>(sLset + 8 * j + 2 * t);
-      const float2 dq = *reinterpret_cast<const float2*>(sDeltat + 8 * j + 2 * t);
-      float p[4], ds[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        p[e] = exp2f(fmaf(s[4 * j + e], sl2, -((e & 1) ? lq.y : lq.x)));
-        if (diagonal && q0 + 8 * j + 2 * t + (e & 1) < key_lo + g + 8 * (e >> 1)) p[e] = 0.0f;
-        ds[e] = p[e] * (dp[4 * j + e] - ((e & 1) ? dq.y : dq.x));
-      }
-      pa[j / 2][(j & 1) * 2] = pack_bf16(p[0], p[1]);
-      pa[j / 2][(j & 1) * 2 + 1] = pack_bf16(p[2], p[3]);
-      dsa[j / 2][(j & 1) * 2] = pack_bf16(ds[0], ds[1]);
-      dsa[j / 2][(j & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
-      // dS^T row = key (warp * 16 + g, + 8), columns 8 j + 2 t: chunk j of the row, swizzled.
-      const int r0 = warp * 16 + g;
-      unsigned char* row0 = sdSt + r0 * 128 + ((j ^ (r0 & 7)) << 4) + 4 * t;
-      unsigned char* row8 = sdSt + (r0 + 8) * 128 + ((j ^ ((r0 + 8) & 7)) << 4) + 4 * t;
-      *reinterpret_cast<uint32_t*>(row0) = dsa[j / 2][(j & 1) * 2];
-      *reinterpret_cast<uint32_t*>(row8) = dsa[j / 2][(j & 1) * 2 + 1];
-    }
-
+    backward_p_ds(s, dp, sLse + st * kRows, sDelta + st * kRows, sl2, qb == kb, q0, key_lo, g, t, pa, dsa,
+                  [&](int j, uint32_t lo, uint32_t hi) {
+                    // dS^T row = key (warp * 16 + g, + 8), columns 8 j + 2 t: chunk j of the row, swizzled.
+                    const int r0 = warp * 16 + g;
+                    *reinterpret_cast<uint32_t*>(sdSt + r0 * 128 + ((j ^ (r0 & 7)) << 4) + 4 * t) = lo;
+                    *reinterpret_cast<uint32_t*>(sdSt + (r0 + 8) * 128 + ((j ^ ((r0 + 8) & 7)) << 4) + 4 * t) = hi;
+                  });
     // dV += P^T dO, dK += dS^T Q (K = queries; dO and Q are (queries, channels): MN-major B).
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -154,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // kBulk: the previous step's reduction has read sdQ before the barrier below lets anyone rewrite it.
     if (kBulk && threadIdx.x == 0) bulk_wait_read();
     __syncthreads();       // every warp's dS^T rows are in place
-    float dqa[32];
+    float dqa[8][4];
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) wgmma_ss<1, 1>(dqa, dSt + kk * kMnStep, dK + kk * kMnStep, kk > 0);
@@ -172,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
         for (int r = 0; r < 2; ++r)
           *reinterpret_cast<float2*>(sdQ + ((warp * 8 + j) * 2 + r) * 64 + 2 * lane) =
-              make_float2(dqa[4 * j + 2 * r], dqa[4 * j + 2 * r + 1]);
+              make_float2(dqa[j][2 * r], dqa[j][2 * r + 1]);
       fence_async_shared();
       __syncthreads();
       if (threadIdx.x == 0) bulk_reduce_add(dq_accum + (int64_t{bh} * n_qb + qb) * 4096, sdQ, kDqTileBytes);
@@ -184,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         float* dst = dq_accum + (int64_t{b} * T + qi) * C + h * kHs + 2 * t;
 #pragma unroll
         for (int j = 0; j < 8; ++j)
-          atomicAdd(reinterpret_cast<float2*>(dst + 8 * j), make_float2(dqa[4 * j + 2 * r], dqa[4 * j + 2 * r + 1]));
+          atomicAdd(reinterpret_cast<float2*>(dst + 8 * j), make_float2(dqa[j][2 * r], dqa[j][2 * r + 1]));
       }
     }
     if (threadIdx.x < kRows) {  // stage st ^ 1 was last read in step qb - 1, before this step's first barrier
@@ -207,8 +186,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       auto* pk = reinterpret_cast<__nv_bfloat162*>(dk_dst + 8 * j);
       auto* pv = reinterpret_cast<__nv_bfloat162*>(dv_dst + 8 * j);
       const float2 ok = __bfloat1622float2(*pk), ov = __bfloat1622float2(*pv);
-      *pk = __floats2bfloat162_rn(ok.x + scale * dk[4 * j + 2 * r], ok.y + scale * dk[4 * j + 2 * r + 1]);
-      *pv = __floats2bfloat162_rn(ov.x + dv[4 * j + 2 * r], ov.y + dv[4 * j + 2 * r + 1]);
+      *pk = __floats2bfloat162_rn(ok.x + scale * dk[j][2 * r], ok.y + scale * dk[j][2 * r + 1]);
+      *pv = __floats2bfloat162_rn(ov.x + dv[j][2 * r], ov.y + dv[j][2 * r + 1]);
     }
   }
 }

@@ -44,9 +44,11 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 // After a wait: the accumulator registers are read no earlier than here.
-__device__ __forceinline__ void wgmma_settle(float (&d)[32]) {
+__device__ __forceinline__ void wgmma_settle(float (&d)[8][4]) {
 #pragma unroll
-  for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
 }
 // Before an MMA whose register operands other instructions wrote: they are written no later than here.
 __device__ __forceinline__ void wgmma_settle(uint32_t (&a)[4]) {
@@ -65,9 +67,10 @@ __device__ __forceinline__ void wgmma_settle(uint32_t (&a)[4]) {
 
 // d (64 x 64 f32) = (accumulate ? d : 0) + A (64 x 16) B (16 x 64), A and B from shared memory; TA / TB: the
 // operand is MN-major (1) or K-major (0). Accumulator: thread 32 w + 4 g + t holds rows 16 w + g (+ 8) and
-// columns 8 j + 2 t (+ 1) in d[4 j + {0, 1}] ({2, 3} for row + 8).
+// columns 8 j + 2 t (+ 1) in acc[j][0..1] ([2..3] for row + 8): the m16n8 layout of attention_common.cuh.
 template <int TA, int TB>
-__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
+__device__ __forceinline__ void wgmma_ss(float (&acc)[8][4], uint64_t a, uint64_t b, bool accumulate) {
+  float(&d)[32] = reinterpret_cast<float(&)[32]>(acc);
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FP8T_WGMMA_D32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
@@ -76,7 +79,8 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t a, uint64_t b,
 }
 // The same with A (64 x 16) from registers, in mma.sync's m16n8k16 A layout per warp (warp w: rows 16 w..).
 template <int TB>
-__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+__device__ __forceinline__ void wgmma_rs(float (&acc)[8][4], const uint32_t (&a)[4], uint64_t b) {
+  float(&d)[32] = reinterpret_cast<float(&)[32]>(acc);
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FP8T_WGMMA_D32
