@@ -428,6 +428,9 @@ void check_sizes(const char* what, const void* qkv, int B, int T, int NH, int HS
 
 bool g_wgmma = true;  // set_attention_wgmma
 
+// Whether head size HS runs the warpgroup-MMA kernels (kernels/attention_wgmma.cuh).
+bool use_wgmma(int HS) { return HS == 64 && g_wgmma && attention_wgmma_available(); }
+
 template <int HS>
 void launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
   constexpr int bytes = forward_smem_bytes<HS>();
@@ -457,7 +460,7 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
   const float scale = 1.0f / sqrtf(float(HS));
   const unsigned delta_blocks = checked_grid(ceil_div64(n_chunks, 256), kMaxGridX, "attention_backward",
                                              "B*T*C / 8 chunks of dout (256 per block)");
-  const bool wgmma = HS == 64 && g_wgmma && attention_wgmma_available();
+  const bool wgmma = use_wgmma(HS);
   const bool tiled = wgmma && attention_backward_wgmma_tiled_dq();
   if (tiled)
     CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, attention_dq_scratch_floats(B, T, NH, HS) * sizeof(float), stream));
@@ -485,14 +488,14 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
 void set_attention_wgmma(bool enable) { g_wgmma = enable; }
 
 int64_t attention_dq_scratch_floats(int B, int T, int NH, int HS) {
-  if (HS == 64 && g_wgmma && attention_wgmma_available() && attention_backward_wgmma_tiled_dq())
+  if (use_wgmma(HS) && attention_backward_wgmma_tiled_dq())
     return int64_t{B} * NH * ceil_div(T, 64) * 64 * 64;  // whole 64-query tiles per head
   return int64_t{B} * T * NH * HS;
 }
 
 void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
   check_sizes("attention_forward", qkv, B, T, NH, HS);
-  if (HS == 64 && g_wgmma && attention_wgmma_available())
+  if (use_wgmma(HS))
     attention_forward_wgmma64(out, lse, qkv, B, T, NH, 1.0f / sqrtf(64.0f), stream);
   else if (HS == 64)
     launch_forward<64>(out, lse, qkv, B, T, NH, stream);
