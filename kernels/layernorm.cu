@@ -1,6 +1,8 @@
-// LayerNorm: one warp per row for the forward pass and for dinp, 16-byte loads where rows allow; dw/db are column sums over row
-// chunks, reduced in shared memory and added with one atomic per column per chunk. The statistics alone
-// (layernorm_stats) for the FP8 cast that applies the normalization itself (kernels/fp8_cast.cuh).
+// LayerNorm: one warp per row for the forward pass and for dinp, 16-byte loads where rows allow. On the 16-byte
+// path with C <= 4096 the backward is one kernel (dinp and the dw/db column sums); otherwise dw/db are column
+// sums over row chunks, reduced in shared memory and added with one atomic per column per chunk. The
+// statistics alone (layernorm_stats) for the FP8 cast that applies the normalization itself
+// (kernels/fp8_cast.cuh).
 #include "core/launch_limits.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/layernorm.cuh"
@@ -200,6 +202,92 @@ __global__ void layernorm_backward_dwdb_kernel(float* dw, float* db, const bf16*
   }
 }
 
+// dinp += the LayerNorm backward, and dw, db += its column sums, in one pass over the rows (the 16-byte path, C <=
+// 256 kChunks). Block: 8 warps; row group g (rows 8 g .. 8 g + 7, one per warp) for g = blockIdx.x, + gridDim.x,
+// ...; every warp runs every group (a row past N adds zeros), so the block's barriers line up. Per 256-column
+// chunk, each warp's dw, db terms go through shared memory and thread t adds column 256 k + t over the 8 rows
+// into registers; one atomic per column per block at the end.
+template <int kChunks>
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    layernorm_backward_fused_kernel(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
+                                    const float* mean, const float* rstd, int64_t N, int C) {
+  __shared__ __align__(16) float s_w[kRowsPerBlock][256], s_b[kRowsPerBlock][256];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float acc_w[kChunks] = {}, acc_b[kChunks] = {};  // columns 256 k + threadIdx.x
+  const int64_t groups = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+  for (int64_t grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+    const int64_t row = grp * kRowsPerBlock + warp;
+    const bool live = row < N;  // warp-uniform
+    const bf16* x = inp + (live ? row : 0) * C;
+    const bf16* dy = dout + (live ? row : 0) * C;
+    bf16* dx = dinp + (live ? row : 0) * C;
+    float m = 0.0f, s = 0.0f, dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    if (live) {
+      m = mean[row];
+      s = rstd[row];
+      float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kChunks; ++k) {
+        const int c0 = k * 256 + lane * 8;
+        if (c0 >= C) break;
+        float xv[8], dv[8], wv[8];
+        load8<true>(x, c0, C, xv);
+        load8<true>(dy, c0, C, dv);
+        load8<true>(w, c0, C, wv);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float dnorm = dv[i] * wv[i];
+          dnorm_sum += dnorm;
+          dnorm_norm_sum += dnorm * (xv[i] - m) * s;
+        }
+      }
+      dnorm_mean = warp_sum(dnorm_sum) / C;
+      dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
+    }
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      if (k * 256 >= C) break;  // block-uniform
+      const int c0 = k * 256 + lane * 8;
+      float cw[8] = {}, cb[8] = {};
+      if (live && c0 < C) {
+        float xv[8], dv[8], wv[8], acc[8];
+        load8<true>(x, c0, C, xv);
+        load8<true>(dy, c0, C, dv);
+        load8<true>(w, c0, C, wv);
+        load8<true>(dx, c0, C, acc);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float norm = (xv[i] - m) * s;
+          acc[i] += (dv[i] * wv[i] - dnorm_mean - norm * dnorm_norm_mean) * s;
+          cw[i] = dv[i] * norm;
+          cb[i] = dv[i];
+        }
+        store8<true>(dx, c0, C, acc);
+      }
+      float4* sw = reinterpret_cast<float4*>(&s_w[warp][lane * 8]);
+      float4* sb = reinterpret_cast<float4*>(&s_b[warp][lane * 8]);
+      sw[0] = make_float4(cw[0], cw[1], cw[2], cw[3]);
+      sw[1] = make_float4(cw[4], cw[5], cw[6], cw[7]);
+      sb[0] = make_float4(cb[0], cb[1], cb[2], cb[3]);
+      sb[1] = make_float4(cb[4], cb[5], cb[6], cb[7]);
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < kRowsPerBlock; ++r) {
+        acc_w[k] += s_w[r][threadIdx.x];
+        acc_b[k] += s_b[r][threadIdx.x];
+      }
+      __syncthreads();  // the chunk's terms are read before the next chunk's overwrite them
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    const int c = k * 256 + threadIdx.x;
+    if (c >= C) break;
+    atomicAdd(&dw[c], acc_w[k]);
+    atomicAdd(&db[c], acc_b[k]);
+  }
+}
+
 // The grid for N rows, kRowsPerBlock per block: the kernels index rows in 64 bits, the grid must fit.
 unsigned row_blocks(int64_t N, const char* op) {
   return checked_grid(ceil_div64(N, kRowsPerBlock), kMaxGridX, op, "N rows (8 per block)");
@@ -243,6 +331,30 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
   const bool vec = C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
   const unsigned blocks = row_blocks(N, "layernorm_backward");
   const int threads = 32 * kRowsPerBlock;
+  if (vec && C <= 256 * 16) {  // one pass: dinp and the column sums together
+    static const int slots = [] {
+      int device = 0, sms = 0;
+      CUDA_CHECK(cudaGetDevice(&device));
+      CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+      return 3 * sms;  // a few blocks per SM: row groups loop, and the column atomics stay few
+    }();
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, slots));
+    auto launch = [&](auto kernel) {
+      kernel<<<grid, threads, 0, stream>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+      CUDA_CHECK_LAUNCH();
+    };
+    if (C <= 256)
+      launch(layernorm_backward_fused_kernel<1>);
+    else if (C <= 512)
+      launch(layernorm_backward_fused_kernel<2>);
+    else if (C <= 1024)
+      launch(layernorm_backward_fused_kernel<4>);
+    else if (C <= 2048)
+      launch(layernorm_backward_fused_kernel<8>);
+    else
+      launch(layernorm_backward_fused_kernel<16>);
+    return;
+  }
   if (vec)
     layernorm_backward_dinp_kernel<true><<<blocks, threads, 0, stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
   else

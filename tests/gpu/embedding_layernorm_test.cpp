@@ -31,7 +31,10 @@ TEST_CASE("embedding forward and backward", "[gpu][embedding]") {
 }
 
 TEST_CASE("layernorm forward and backward", "[gpu][layernorm]") {
-  for (auto [N, C] : {std::pair<int64_t, int64_t>{1, 32}, {77, 100}, {1024, 768}, {333, 1600}}) {
+  // C = 100: the scalar path; 4104: past the one-pass kernel's 4096 (two kernels); N = 3001 with C = 1600:
+  // row groups looping over a grid of 3 blocks per SM, and a partial last group.
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{1, 32}, {77, 100}, {1024, 768}, {333, 1600}, {3001, 1600},
+                      {64, 4104}, {40, 2056}}) {
     auto x = round_bf16(randn(N * C, 3.0f));
     for (int64_t i = 0; i < N * C; ++i) x[i] = bf16_to_float(float_to_bf16(x[i] + 0.5f));  // nonzero mean
     const auto w = round_bf16(randn(C, 1.0f)), b = round_bf16(randn(C, 1.0f));
