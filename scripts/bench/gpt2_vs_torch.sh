@@ -25,13 +25,15 @@ for PREC in $PRECS; do
   # attention's qkv and the GELU input too), +tune / +notune (run.gemm_autotune), combinable (fp8+all+ln).
   BASE=${PREC%%+*}
   VARIANT=(--set train.recompute=none)
-  [[ $PREC == *+ln* ]] && VARIANT=(--set train.recompute=layernorm)
+  [[ $PREC =~ \+ln(\+|$) ]] && VARIANT=(--set train.recompute=layernorm)
   [[ $PREC == *+all* ]] && VARIANT+=(--set precision.fp8.activation_storage=fp8_all)
   [[ $PREC == *+tune* ]] && VARIANT+=(--set run.gemm_autotune=true)
   [[ $PREC == *+notune* ]] && VARIANT+=(--set run.gemm_autotune=false)
   # +vN: the HS 64 wgmma attention backward's variant N (FP8T_ATTN_BWD_VARIANT, kernels/attention_wgmma.cuh).
   ENVV=()
   [[ $PREC =~ \+v([0-3]) ]] && ENVV=(env FP8T_ATTN_BWD_VARIANT="${BASH_REMATCH[1]}")
+  # +lnsplit: the two-kernel LayerNorm backward (FP8T_LN_BWD=split, kernels/layernorm.cu).
+  [[ $PREC == *+lnsplit* ]] && ENVV=(env FP8T_LN_BWD=split "${ENVV[@]:1}")
   RUN="$OUTDIR/$MODEL-$PREC-b$B"
   rm -rf "$RUN"
   "${ENVV[@]}" "$BIN" train --config "configs/$NAME-$BASE.yaml" --set run.out_dir="$RUN" --set train.micro_batch="$B" \
