@@ -65,8 +65,8 @@ static_assert(kTileRows == 4 * (kThreads / (kTileCols / 8)) && kChunks == 8, "th
 // land in 32 distinct banks, and 8 threads reading the 8 chunks of one column read 128 distinct bytes.
 __device__ __forceinline__ int chunk_slot(int c, int q) { return c * kChunks + (q ^ ((c / 8) % kChunks)); }
 
-// kVec: cols % 8 == 0, in 16-byte aligned, out (if any) 8-byte aligned. vec_t: rows % 16 == 0 and
-// out_t 16-byte aligned. out and out_t may each be null. kColsum: stats.colsum is set (a template
+// kVec: cols % 8 == 0, in (and ops.pre, ops.w, ops.b where read) 16-byte aligned, out (if any) 8-byte
+// aligned. vec_t: rows % 16 == 0 and out_t 16-byte aligned. out and out_t may each be null. kColsum: stats.colsum is set (a template
 // argument so that the casts without it keep their registers: the 16-byte path needs 48 without and
 // 64 with on sm_90a, 5 and 4 blocks per SM). Elements outside the matrix read as zero (adding nothing
 // to any statistic) and are never stored. kIn gelu: every element read is replaced by cast_input (the
@@ -112,12 +112,9 @@ __global__ void __launch_bounds__(kThreads)
     }
     if constexpr (kIn == Fp8CastInput::layernorm) {
       if (c < cols) {
-        float lw[8], lb[8];  // (8) the LayerNorm weight and bias of the thread's columns
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          lw[e] = __bfloat162float(ops.w[c + e]);
-          lb[e] = __bfloat162float(ops.b[c + e]);
-        }
+        float lw[8], lb[8];  // (8) the LayerNorm weight and bias of the thread's columns (kVec: 16-byte aligned)
+        load8(ops.w + c, lw);
+        load8(ops.b + c, lb);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int64_t r = r0 + 4 * ty + j;
@@ -250,7 +247,8 @@ void launch_cast(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t*
     // (column tiles, row tiles): gridDim.y caps rows at 65535 * 128 = 8388480.
     const dim3 grid(checked_grid(ceil_div64(cols, kTileCols), kMaxGridX, "fp8_cast (tiled)", "cols (64 per tile)"),
                     checked_grid(ceil_div64(rows, kTileRows), kMaxGridYZ, "fp8_cast (tiled)", "rows (128 per tile)"));
-    const bool vec = cols % 8 == 0 && aligned16(in) && (!out || aligned8(out)) && (input != dgelu || aligned16(ops.pre));
+    const bool vec = cols % 8 == 0 && aligned16(in) && (!out || aligned8(out)) && (input != dgelu || aligned16(ops.pre)) &&
+                     (input != layernorm || (aligned16(ops.w) && aligned16(ops.b)));
     const bool vec_t = rows % 16 == 0 && aligned16(out_t);
     auto kernel = stats.colsum ? (vec ? cast_transpose_kernel<F, T, true, true, as_is>
                                       : cast_transpose_kernel<F, T, false, true, as_is>)
