@@ -92,22 +92,34 @@ __global__ void __launch_bounds__(kThreads)
   uint2 codes[4];       // (4, 8): row j's columns 0-3 in .x, 4-7 in .y
   float col_sum[8] = {};  // (8): the thread's columns summed over its 4 rows
   if constexpr (kVec) {
-    float x[4][8];  // the four 16-byte loads are all issued before any use
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t r = r0 + 4 * ty + j;
-      if (r < rows && c < cols) load8(in + r * cols + c, x[j]);  // cols % 8 == 0: all 8 or none inside
-      else for (float& e : x[j]) e = 0.0f;
-    }
+    float x[4][8];
     if constexpr (kIn == Fp8CastInput::dgelu) {
+      // All eight 16-byte loads (4 rows of gradients, 4 of the GELU's input) issued before any use, kept
+      // packed (32 registers) until then.
+      uint4 dq[4], pq[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t r = r0 + 4 * ty + j;
-        float pre[8];  // (8) the GELU's input beside the row's 8 gradients
-        if (r < rows && c < cols) load8(ops.pre + r * cols + c, pre);
-        else for (float& e : pre) e = 0.0f;
+        const bool inside = r < rows && c < cols;  // cols % 8 == 0: all 8 or none inside
+        dq[j] = inside ? *reinterpret_cast<const uint4*>(in + r * cols + c) : make_uint4(0, 0, 0, 0);
+        pq[j] = inside ? *reinterpret_cast<const uint4*>(ops.pre + r * cols + c) : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
-        for (int e = 0; e < 8; ++e) x[j][e] = dgelu_value_bf16(x[j][e], pre[e]);
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t dw[4] = {dq[j].x, dq[j].y, dq[j].z, dq[j].w}, pw[4] = {pq[j].x, pq[j].y, pq[j].z, pq[j].w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {  // bf16 element e is the low (even e) or high half of word e / 2
+          const uint32_t d = e % 2 ? dw[e / 2] & 0xFFFF0000u : dw[e / 2] << 16;
+          const uint32_t pre = e % 2 ? pw[e / 2] & 0xFFFF0000u : pw[e / 2] << 16;
+          x[j][e] = dgelu_value_bf16(__uint_as_float(d), __uint_as_float(pre));
+        }
+      }
+    } else {  // the four 16-byte loads are all issued before any use
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t r = r0 + 4 * ty + j;
+        if (r < rows && c < cols) load8(in + r * cols + c, x[j]);  // cols % 8 == 0: all 8 or none inside
+        else for (float& e : x[j]) e = 0.0f;
       }
     }
     if constexpr (kIn == Fp8CastInput::layernorm) {

@@ -74,7 +74,7 @@ class ShardWriter {
   int64_t total_ = 0;
 };
 
-std::string read_text(const std::string& path) {
+[[maybe_unused]] std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   FP8T_CHECK(in.good(), "prepare: cannot read input text file {}", path);
   std::ostringstream ss;
