@@ -65,17 +65,16 @@ static_assert(kTileRows == 4 * (kThreads / (kTileCols / 8)) && kChunks == 8, "th
 // land in 32 distinct banks, and 8 threads reading the 8 chunks of one column read 128 distinct bytes.
 __device__ __forceinline__ int chunk_slot(int c, int q) { return c * kChunks + (q ^ ((c / 8) % kChunks)); }
 
-// kVec: cols % 8 == 0, in (and ops.pre, ops.w, ops.b where read) 16-byte aligned, out (if any) 8-byte
-// aligned. vec_t: rows % 16 == 0 and out_t 16-byte aligned. out and out_t may each be null. kColsum: stats.colsum is set (a template
-// argument so that the casts without it keep their registers: the 16-byte path needs 48 without and
-// 64 with on sm_90a, 5 and 4 blocks per SM). Elements outside the matrix read as zero (adding nothing
-// to any statistic) and are never stored. kIn gelu: every element read is replaced by cast_input (the
-// zero padding too: gelu(+0) = +0); the colsum, if any, would sum those values. kIn layernorm: every
-// element inside the matrix is replaced by its LayerNorm value (the padding stays zero: LayerNorm would
-// turn it into b[c]); the thread's 8 columns of ops.w and ops.b and its 4 rows' statistics are read once.
-// kIn dgelu: ops.pre is read beside in (16-byte loads too: kVec also needs it 16-byte aligned), its
-// padding zero as well, and every element read is replaced by dgelu_value_bf16 (padding stays zero);
-// the colsum sums those values.
+// kVec: cols % 8 == 0, in (and ops.pre, ops.w, ops.b where read) 16-byte aligned, out (if any) 8-byte aligned. vec_t:
+// rows % 16 == 0 and out_t 16-byte aligned. out and out_t may each be null. kColsum: stats.colsum is set (a template
+// argument so that the casts without it keep their registers: the 16-byte path needs 48 without and 64 with on sm_90a,
+// 5 and 4 blocks per SM). Elements outside the matrix read as zero (adding nothing to any statistic) and are never
+// stored. kIn gelu: every element read is replaced by cast_input (the zero padding too: gelu(+0) = +0); the colsum, if
+// any, would sum those values. kIn layernorm: every element inside the matrix is replaced by its LayerNorm value (the
+// padding stays zero: LayerNorm would turn it into b[c]); the thread's 8 columns of ops.w and ops.b and its 4 rows'
+// statistics are read once. kIn dgelu: ops.pre is read beside in (16-byte loads too: kVec also needs it 16-byte
+// aligned), its padding zero as well, and every element read is replaced by dgelu_value_bf16 (padding stays zero); the
+// colsum sums those values.
 template <Fp8Format F, typename T, bool kVec, bool kColsum, Fp8CastInput kIn>
 __global__ void __launch_bounds__(kThreads)
     cast_transpose_kernel(const T* __restrict__ in, uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
@@ -259,7 +258,8 @@ void launch_cast(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t*
     // (column tiles, row tiles): gridDim.y caps rows at 65535 * 128 = 8388480.
     const dim3 grid(checked_grid(ceil_div64(cols, kTileCols), kMaxGridX, "fp8_cast (tiled)", "cols (64 per tile)"),
                     checked_grid(ceil_div64(rows, kTileRows), kMaxGridYZ, "fp8_cast (tiled)", "rows (128 per tile)"));
-    const bool vec = cols % 8 == 0 && aligned16(in) && (!out || aligned8(out)) && (input != dgelu || aligned16(ops.pre)) &&
+    const bool vec = cols % 8 == 0 && aligned16(in) && (!out || aligned8(out)) &&
+                     (input != dgelu || aligned16(ops.pre)) &&
                      (input != layernorm || (aligned16(ops.w) && aligned16(ops.b)));
     const bool vec_t = rows % 16 == 0 && aligned16(out_t);
     auto kernel = stats.colsum ? (vec ? cast_transpose_kernel<F, T, true, true, as_is>

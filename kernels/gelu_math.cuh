@@ -11,7 +11,8 @@ inline constexpr float kGeluCubic = 0.044715f;
 
 // 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), written as x sigmoid(2u) = x / (1 + exp(-2u))
 // (1 + tanh(u) = 2 sigmoid(2u)): one fast exp and one fast divide instead of tanhf, whose range split and
-// polynomial made the FP8 casts with a GELU prologue compute-bound. The sigmoid form has no cancellation for
+// polynomial kept the FP8 cast with the GELU prologue compute-bound (at 1.5B's fc2 input: 167.6 -> 138.2
+// us with this form, docs/perf-notes.md). The sigmoid form has no cancellation for
 // negative x (1 + tanh(u) does), so it is also closer to the exact GELU: within 5.2e-7 absolute of it in
 // double precision over [-12, 12] (host emulation with correctly rounded exp; the device's ex2.approx and
 // div.approx add a few ulp), far below bf16's rounding. The arithmetic is spelled with _rn intrinsics,

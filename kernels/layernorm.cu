@@ -334,7 +334,8 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
   const bool vec = C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
   const unsigned blocks = row_blocks(N, "layernorm_backward");
   const int threads = 32 * kRowsPerBlock;
-  // FP8T_LN_BWD=split keeps the two-kernel backward, for side-by-side benchmarks (scripts/bench/gpt2_vs_torch.sh +lnsplit).
+  // FP8T_LN_BWD=split keeps the two-kernel backward, for side-by-side benchmarks
+  // (scripts/bench/gpt2_vs_torch.sh +lnsplit).
   static const bool split = [] {
     const char* env = std::getenv("FP8T_LN_BWD");
     return env != nullptr && std::string_view(env) == "split";
