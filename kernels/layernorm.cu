@@ -113,6 +113,29 @@ __global__ void layernorm_stats_kernel(float* mean, float* rstd, const bf16* inp
   }
 }
 
+// The backward's two row sums over one 8-column chunk: sum dnorm and sum dnorm * norm, dnorm = dy * w (zero past
+// the row's end on the scalar path), norm = (x - m) * s.
+__device__ __forceinline__ void add_dnorm_sums(const float (&xv)[8], const float (&dv)[8], const float (&wv)[8],
+                                               float m, float s, float& dnorm_sum, float& dnorm_norm_sum) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float dnorm = dv[i] * wv[i];
+    dnorm_sum += dnorm;
+    dnorm_norm_sum += dnorm * (xv[i] - m) * s;
+  }
+}
+
+// dinp's update for one 8-column chunk, from the row means of the two sums above.
+__device__ __forceinline__ void add_dinp(float (&acc)[8], const float (&xv)[8], const float (&dv)[8],
+                                         const float (&wv)[8], float m, float s, float dnorm_mean,
+                                         float dnorm_norm_mean) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float norm = (xv[i] - m) * s;
+    acc[i] += (dv[i] * wv[i] - dnorm_mean - norm * dnorm_norm_mean) * s;
+  }
+}
+
 template <bool kVec>
 __global__ void layernorm_backward_dinp_kernel(bf16* dinp, const bf16* dout, const bf16* inp, const bf16* w,
                                                const float* mean, const float* rstd, int64_t N, int C) {
@@ -129,12 +152,7 @@ __global__ void layernorm_backward_dinp_kernel(bf16* dinp, const bf16* dout, con
     load8<kVec>(x, c0, C, xv);
     load8<kVec>(dy, c0, C, dv);
     load8<kVec>(w, c0, C, wv);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float dnorm = dv[i] * wv[i];  // zero past the row's end (scalar path)
-      dnorm_sum += dnorm;
-      dnorm_norm_sum += dnorm * (xv[i] - m) * s;
-    }
+    add_dnorm_sums(xv, dv, wv, m, s, dnorm_sum, dnorm_norm_sum);
   }
   const float dnorm_mean = warp_sum(dnorm_sum) / C, dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
   bf16* dx = dinp + row * C;
@@ -145,11 +163,7 @@ __global__ void layernorm_backward_dinp_kernel(bf16* dinp, const bf16* dout, con
     load8<kVec>(dy, c0, C, dv);
     load8<kVec>(w, c0, C, wv);
     load8<kVec>(dx, c0, C, acc);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float norm = (xv[i] - m) * s;
-      acc[i] += (dv[i] * wv[i] - dnorm_mean - norm * dnorm_norm_mean) * s;
-    }
+    add_dinp(acc, xv, dv, wv, m, s, dnorm_mean, dnorm_norm_mean);
     store8<kVec>(dx, c0, C, acc);
   }
 }
@@ -237,12 +251,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
         load8<true>(x, c0, C, xv);
         load8<true>(dy, c0, C, dv);
         load8<true>(w, c0, C, wv);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const float dnorm = dv[i] * wv[i];
-          dnorm_sum += dnorm;
-          dnorm_norm_sum += dnorm * (xv[i] - m) * s;
-        }
+        add_dnorm_sums(xv, dv, wv, m, s, dnorm_sum, dnorm_norm_sum);
       }
       dnorm_mean = warp_sum(dnorm_sum) / C;
       dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
@@ -258,14 +267,13 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
         load8<true>(dy, c0, C, dv);
         load8<true>(w, c0, C, wv);
         load8<true>(dx, c0, C, acc);
+        add_dinp(acc, xv, dv, wv, m, s, dnorm_mean, dnorm_norm_mean);
+        store8<true>(dx, c0, C, acc);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          const float norm = (xv[i] - m) * s;
-          acc[i] += (dv[i] * wv[i] - dnorm_mean - norm * dnorm_norm_mean) * s;
-          cw[i] = dv[i] * norm;
+          cw[i] = dv[i] * ((xv[i] - m) * s);  // dy * norm
           cb[i] = dv[i];
         }
-        store8<true>(dx, c0, C, acc);
       }
       float4* sw = reinterpret_cast<float4*>(&s_w[warp][lane * 8]);
       float4* sb = reinterpret_cast<float4*>(&s_b[warp][lane * 8]);
