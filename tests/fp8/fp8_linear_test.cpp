@@ -61,22 +61,40 @@ struct LinearRun {
   std::vector<float> y, dx, dw, db;
 };
 
-// One forward + backward with upstream gradient dy, through fp8_linear (st) or linear (st null).
-LinearRun run_linear(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& dy, Fp8LinearState* st) {
-  Var xv = make_var(x, true), wv = make_var(w, true), bv = make_var(b, true);
+// forward() recorded on a tape, then its backward from the upstream gradient dy; returns the output.
+template <typename Forward>
+Var forward_backward(Forward&& forward, const Tensor& dy) {
   Tape tape;
   Var y;
   {
     TapeScope s(&tape);
-    y = st ? fp8_linear(xv, wv, bv, *st) : linear(xv, wv, bv);
+    y = forward();
   }
   grad_of(y).copy_from(dy);
   {
     TapeScope none(nullptr);
     tape.run_backward();
   }
+  return y;
+}
+
+// One forward + backward with upstream gradient dy, through fp8_linear (st) or linear (st null).
+LinearRun run_linear(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& dy, Fp8LinearState* st) {
+  Var xv = make_var(x, true), wv = make_var(w, true), bv = make_var(b, true);
+  const Var y = forward_backward([&] { return st ? fp8_linear(xv, wv, bv, *st) : linear(xv, wv, bv); }, dy);
   return {y->value.to_float_vector(), grad_of(xv).to_float_vector(), grad_of(wv).to_float_vector(),
           grad_of(bv).to_float_vector()};
+}
+
+// Two identically configured states recorded the same statistics: scale, amax and saturation count of the
+// input, weight and output-gradient casts.
+void check_same_statistics(const Fp8LinearState& a, const Fp8LinearState& b) {
+  for (auto [x, y] : {std::pair{&a.input, &b.input}, std::pair{&a.weight, &b.weight},
+                      std::pair{&a.grad_output, &b.grad_output}}) {
+    CHECK(x->scale == y->scale);
+    CHECK(x->amax_this_step == y->amax_this_step);
+    CHECK(x->saturated_this_step == y->saturated_this_step);
+  }
 }
 
 }  // namespace
@@ -257,18 +275,12 @@ TEST_CASE("fp8: fp8_linear_gelu equals gelu then fp8_linear bit for bit", "[fp8]
           Tensor pre_copy = Tensor::empty(pre.shape(), DType::f32);
           pre_copy.copy_from(pre);
           Var pv = make_var(pre_copy, true), wv = make_var(w, true), bv = make_var(b, true);
-          Tape tape;
-          Var y;
-          {
-            TapeScope s(&tape);
-            y = fuse ? fp8_linear_gelu(pv, wv, bv, st)
-                     : fp8_linear(gelu(pv, storage == ActivationStorage::fp8_all), wv, bv, st);
-          }
-          grad_of(y).copy_from(dy);
-          {
-            TapeScope none(nullptr);
-            tape.run_backward();
-          }
+          const Var y = forward_backward(
+              [&] {
+                return fuse ? fp8_linear_gelu(pv, wv, bv, st)
+                            : fp8_linear(gelu(pv, storage == ActivationStorage::fp8_all), wv, bv, st);
+              },
+              dy);
           return LinearRun{y->value.to_float_vector(), grad_of(pv).to_float_vector(), grad_of(wv).to_float_vector(),
                            grad_of(bv).to_float_vector()};
         };
@@ -277,12 +289,7 @@ TEST_CASE("fp8: fp8_linear_gelu equals gelu then fp8_linear bit for bit", "[fp8]
         CHECK(f.dx == u.dx);
         CHECK(f.dw == u.dw);
         CHECK(f.db == u.db);
-        for (auto [a, c] : {std::pair{&fused.input, &plain.input}, std::pair{&fused.weight, &plain.weight},
-                            std::pair{&fused.grad_output, &plain.grad_output}}) {
-          CHECK(a->scale == c->scale);
-          CHECK(a->amax_this_step == c->amax_this_step);
-          CHECK(a->saturated_this_step == c->saturated_this_step);
-        }
+        check_same_statistics(fused, plain);
         fused.on_optimizer_step();
         plain.on_optimizer_step();
       }
@@ -308,17 +315,12 @@ TEST_CASE("fp8: fp8_linear_ln equals layernorm then fp8_linear bit for bit", "[f
         auto run = [&](Fp8LinearState& st, bool fuse) {
           Var xv = make_var(x, true), lwv = make_var(lw, true), lbv = make_var(lb, true);
           Var wv = make_var(w, true), bv = make_var(b, true);
-          Tape tape;
-          Var y;
-          {
-            TapeScope s(&tape);
-            y = fuse ? fp8_linear_ln(xv, lwv, lbv, wv, bv, st) : fp8_linear(layernorm(xv, lwv, lbv), wv, bv, st);
-          }
-          grad_of(y).copy_from(dy);
-          {
-            TapeScope none(nullptr);
-            tape.run_backward();
-          }
+          const Var y = forward_backward(
+              [&] {
+                return fuse ? fp8_linear_ln(xv, lwv, lbv, wv, bv, st)
+                            : fp8_linear(layernorm(xv, lwv, lbv), wv, bv, st);
+              },
+              dy);
           std::vector<std::vector<float>> out{y->value.to_float_vector()};
           for (const Var& v : {xv, lwv, lbv, wv, bv}) out.push_back(grad_of(v).to_float_vector());
           return out;
@@ -328,12 +330,7 @@ TEST_CASE("fp8: fp8_linear_ln equals layernorm then fp8_linear bit for bit", "[f
           CAPTURE(i);  // y, dx, d ln_w, d ln_b, dw, db
           CHECK(f[i] == u[i]);
         }
-        for (auto [a, c] : {std::pair{&fused.input, &plain.input}, std::pair{&fused.weight, &plain.weight},
-                            std::pair{&fused.grad_output, &plain.grad_output}}) {
-          CHECK(a->scale == c->scale);
-          CHECK(a->amax_this_step == c->amax_this_step);
-          CHECK(a->saturated_this_step == c->saturated_this_step);
-        }
+        check_same_statistics(fused, plain);
         fused.on_optimizer_step();
         plain.on_optimizer_step();
       }
