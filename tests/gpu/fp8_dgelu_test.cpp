@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "config/config.h"
+#include "fp8_test_util.h"
 #include "gpu_test_util.h"
 #include "kernels/fp8_cast.cuh"
 #include "kernels/gelu.cuh"
@@ -19,21 +20,7 @@ using bf16_t = __nv_bfloat16;
 
 namespace {
 
-std::vector<uint8_t> codes_of(const Tensor& t) {
-  CUDA_CHECK(cudaDeviceSynchronize());
-  const Tensor h = t.to(Device::cpu());
-  const auto* p = h.data<uint8_t>();
-  return {p, p + h.numel()};
-}
-
 const char* name_of(Fp8Format f) { return f == Fp8Format::e4m3 ? "e4m3" : "e5m2"; }
-
-int64_t code_mismatches(const std::vector<uint8_t>& got, const std::vector<uint8_t>& ref) {
-  if (got.size() != ref.size()) return -1;
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) bad += got[i] != ref[i];
-  return bad;
-}
 
 // Column sums of a (rows, cols) matrix in double, and of its absolute values.
 void column_sums(const std::vector<float>& v, int64_t cols, std::vector<double>& sum, std::vector<double>& abs_sum) {
@@ -43,21 +30,6 @@ void column_sums(const std::vector<float>& v, int64_t cols, std::vector<double>&
     sum[i % cols] += v[i];
     abs_sum[i % cols] += std::fabs(v[i]);
   }
-}
-
-// Columns whose device f32 sum differs from the double sum by more than reordered f32 additions allow
-// (1e-5 of the column's absolute sum); a NaN or infinite sum must be matched as such. The tolerance of
-// the column-sum checks in fp8_test.cpp.
-int64_t colsum_mismatches(const std::vector<float>& got, const std::vector<double>& sum,
-                          const std::vector<double>& abs_sum) {
-  if (got.size() != sum.size()) return -1;
-  int64_t bad = 0;
-  for (size_t c = 0; c < got.size(); ++c) {
-    if (std::isnan(sum[c])) bad += !std::isnan(got[c]);
-    else if (std::isinf(sum[c])) bad += double(got[c]) != sum[c];
-    else bad += !(std::fabs(double(got[c]) - sum[c]) <= 1e-5 * abs_sum[c]);
-  }
-  return bad;
 }
 
 }  // namespace
@@ -129,8 +101,8 @@ TEST_CASE("fp8 cast: the dgelu prologue equals gelu_backward into zeros then the
                             {stats.data<float>(), reinterpret_cast<unsigned long long*>(stats.data<float>() + 2),
                              want_sum ? colsum.data<float>() : nullptr},
                             stream, input, cast_ops);
-          return Cast{want_out ? codes_of(out) : std::vector<uint8_t>{},
-                      want_t ? codes_of(out_t) : std::vector<uint8_t>{}, download(stats), download(colsum)};
+          return Cast{want_out ? download_codes(out) : std::vector<uint8_t>{},
+                      want_t ? download_codes(out_t) : std::vector<uint8_t>{}, download(stats), download(colsum)};
         };
         for (int mode = 0; mode < 3; ++mode) {  // out only, out_t only, both
           for (bool want_sum : {false, true}) {
@@ -191,13 +163,6 @@ TEST_CASE("fp8 linear: the GELU backward fused into fc's dy cast equals the unfu
   const auto w2 = round_bf16(randn(C * H, 0.05f)), b2 = round_bf16(randn(C, 0.1f));
   const auto w3 = round_bf16(randn(O3 * H, 0.05f)), b3 = round_bf16(randn(O3, 0.1f));
   const auto dy = round_bf16(randn(M * C, 1e-3f)), dy3 = round_bf16(randn(M * O3, 1e-3f));
-  auto reordered_mismatches = [](const std::vector<float>& got, const std::vector<float>& ref) {
-    const double floor = 1e-5 * rms(ref);
-    int64_t bad = got.size() == ref.size() ? 0 : -1;
-    for (size_t i = 0; i < got.size() && bad >= 0; ++i)
-      bad += !(std::fabs(double(got[i]) - ref[i]) <= 1e-5 * std::fabs(ref[i]) + floor);
-    return bad;
-  };
   struct Result {
     std::vector<float> y, dx, dlw, dlb, dw1, db1, dw2, db2, dw3, dpre;
     bool pre_grad_written = false;
@@ -282,16 +247,11 @@ TEST_CASE("fp8 linear: the GELU backward fused into fc's dy cast equals the unfu
             CHECK(rms(f.db1) > 0.0);
             column_sums(dy, C, sum, abs_sum);
             CHECK(colsum_mismatches(f.db2, sum, abs_sum) == 0);
-            using MetaPair = std::pair<const Fp8TensorMeta*, const Fp8TensorMeta*>;
-            for (auto [mf, mu] : {MetaPair{&fc_f.input, &fc_u.input}, MetaPair{&fc_f.grad_output, &fc_u.grad_output},
-                                  MetaPair{&fc2_f.input, &fc2_u.input},
-                                  MetaPair{&fc2_f.grad_output, &fc2_u.grad_output},
-                                  MetaPair{&fc3_f.grad_output, &fc3_u.grad_output}}) {
-              CHECK(std::memcmp(&mf->last_amax, &mu->last_amax, sizeof(float)) == 0);
-              CHECK(mf->last_saturated == mu->last_saturated);
-              CHECK(mf->scale == mu->scale);
-              CHECK(mf->history_oldest_first() == mu->history_oldest_first());
-            }
+            for (auto [mf, mu] : {std::pair{&fc_f.input, &fc_u.input}, std::pair{&fc_f.grad_output, &fc_u.grad_output},
+                                  std::pair{&fc2_f.input, &fc2_u.input},
+                                  std::pair{&fc2_f.grad_output, &fc2_u.grad_output},
+                                  std::pair{&fc3_f.grad_output, &fc3_u.grad_output}})
+              check_same_meta(*mf, *mu);
           }
           // readers 3: fc casts no dy (only its bias trains), so its gradient statistics stay unrecorded.
           if (readers == 3) CHECK(fc_f.grad_output.last_amax == 0.0f);

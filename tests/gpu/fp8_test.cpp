@@ -14,6 +14,7 @@
 #include "data/shard.h"
 #include "dist/comm.h"
 #include "fp8/quantize.h"
+#include "fp8_test_util.h"
 #include "gpu_test_util.h"
 #include "kernels/fp8_cast.cuh"
 #include "kernels/gelu.cuh"
@@ -29,13 +30,6 @@ using namespace fp8t::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<uint8_t> download_codes(const Tensor& t) {
-  CUDA_CHECK(cudaDeviceSynchronize());
-  const Tensor h = t.to(Device::cpu());
-  const auto* p = h.data<uint8_t>();
-  return {p, p + h.numel()};
-}
 
 Tensor upload_codes(const std::vector<uint8_t>& codes, Shape shape, Fp8Format f) {
   Tensor h = Tensor::empty(std::move(shape), fp8_dtype(f));
@@ -90,29 +84,6 @@ int64_t beyond_bf16_rounding(const std::vector<float>& out, const std::vector<do
 
 std::vector<float> to_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
 
-// Codes that differ (a count, not a dump of megabyte vectors when a CHECK fails).
-int64_t mismatches(const std::vector<uint8_t>& got, const std::vector<uint8_t>& ref) {
-  if (got.size() != ref.size()) return -1;
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) bad += got[i] != ref[i];
-  return bad;
-}
-
-// Columns whose device sum differs from prior + the double column sum by more than reordered f32
-// additions allow (1e-5 of the column's absolute sum, prior included); a NaN or infinite reference
-// must be matched as such.
-int64_t colsum_mismatches(const std::vector<float>& got, const std::vector<float>& prior,
-                          const std::vector<double>& sum, const std::vector<double>& abs_sum) {
-  if (got.size() != prior.size()) return -1;
-  int64_t bad = 0;
-  for (size_t c = 0; c < got.size(); ++c) {
-    const double want = double(prior[c]) + sum[c];
-    if (std::isnan(want)) bad += !std::isnan(got[c]);
-    else if (std::isinf(want)) bad += double(got[c]) != want;
-    else bad += !(std::fabs(double(got[c]) - want) <= 1e-5 * (std::fabs(prior[c]) + abs_sum[c]));
-  }
-  return bad;
-}
 
 struct Dims { int M, K, N; };
 const Dims kGemmShapes[] = {{16, 16, 16}, {128, 768, 2304}, {1024, 256, 768}, {48, 1600, 80}};
@@ -263,8 +234,8 @@ TEST_CASE("fp8 cast: random bf16 and f32 - vector and ragged shapes - every outp
                                 {stats.data<float>(), reinterpret_cast<unsigned long long*>(stats.data<float>() + 2),
                                  want_sum ? sums.data<float>() : nullptr},
                                 kernels::compute_stream());
-              if (want_out) CHECK(mismatches(download_codes(out), ref) == 0);
-              if (want_t) CHECK(mismatches(download_codes(out_t), ref_t) == 0);
+              if (want_out) CHECK(code_mismatches(download_codes(out), ref) == 0);
+              if (want_t) CHECK(code_mismatches(download_codes(out_t), ref_t) == 0);
               if (want_sum) CHECK(colsum_mismatches(download(sums), prior, col_sum, col_abs) == 0);
               else CHECK(download(sums) == prior);  // untouched
               const Tensor hs = stats.to(Device::cpu());
@@ -336,8 +307,8 @@ TEST_CASE("fp8 cast: the GELU prologue equals gelu_forward then the cast bit for
             INFO(name(f) << " mode " << mode << " offset " << offset);
             const void* in = offset ? static_cast<const void*>(d_pre_off.data<__nv_bfloat16>() + 1) : d_pre.raw();
             const auto [got, got_t, got_stats] = cast(in, want_out, want_t, kernels::Fp8CastInput::gelu);
-            CHECK(mismatches(got, ref) == 0);
-            CHECK(mismatches(got_t, ref_t) == 0);
+            CHECK(code_mismatches(got, ref) == 0);
+            CHECK(code_mismatches(got_t, ref_t) == 0);
             CHECK(std::memcmp(got_stats.data(), ref_stats.data(), 4 * sizeof(float)) == 0);  // amax and saturation
             CHECK(std::memcmp(&got_stats[0], &amaxes[0], sizeof(float)) == 0);
           }
@@ -418,8 +389,8 @@ TEST_CASE("fp8 cast: the LayerNorm prologue equals layernorm_forward then the ca
           const bool want_out = mode != 1, want_t = mode != 0;
           const auto [ref, ref_t, ref_stats] = cast(ln.raw(), want_out, want_t, kernels::Fp8CastInput::as_is);
           const auto [got, got_t, got_stats] = cast(in, want_out, want_t, kernels::Fp8CastInput::layernorm);
-          CHECK(mismatches(got, ref) == 0);
-          CHECK(mismatches(got_t, ref_t) == 0);
+          CHECK(code_mismatches(got, ref) == 0);
+          CHECK(code_mismatches(got_t, ref_t) == 0);
           CHECK(std::memcmp(got_stats.data(), ref_stats.data(), 4 * sizeof(float)) == 0);  // amax and saturation
           CHECK(std::memcmp(&got_stats[0], &amaxes[0], sizeof(float)) == 0);
           uint64_t saturated = 0;
@@ -735,14 +706,9 @@ TEST_CASE("fp8 linear: fp8_linear_gelu equals gelu then fp8_linear on the GPU - 
         CHECK(f.dw == u.dw);
         CHECK(colsum_mismatches(f.db, std::vector<float>(OC, 0.0f), dy_sum, dy_abs) == 0);
         CHECK(colsum_mismatches(u.db, std::vector<float>(OC, 0.0f), dy_sum, dy_abs) == 0);
-        using MetaPair = std::pair<const Fp8TensorMeta*, const Fp8TensorMeta*>;
-        for (auto [mf, mu] : {MetaPair{&fused.input, &plain.input}, MetaPair{&fused.weight, &plain.weight},
-                              MetaPair{&fused.grad_output, &plain.grad_output}}) {
-          CHECK(std::memcmp(&mf->last_amax, &mu->last_amax, sizeof(float)) == 0);
-          CHECK(mf->last_saturated == mu->last_saturated);
-          CHECK(mf->scale == mu->scale);
-          CHECK(mf->history_oldest_first() == mu->history_oldest_first());
-        }
+        for (auto [mf, mu] : {std::pair{&fused.input, &plain.input}, std::pair{&fused.weight, &plain.weight},
+                              std::pair{&fused.grad_output, &plain.grad_output}})
+          check_same_meta(*mf, *mu);
       }
       CHECK(fused.input.last_amax > 0.0f);
     }
@@ -772,14 +738,6 @@ TEST_CASE("fp8 linear: fp8_linear_ln equals layernorm then fp8_linear on the GPU
     dy_sum[i % OC] += dy[i];
     dy_abs[i % OC] += std::fabs(dy[i]);
   }
-  // Elements beyond what reordering a few f32 partial sums can change.
-  auto reordered_mismatches = [](const std::vector<float>& got, const std::vector<float>& ref) {
-    const double floor = 1e-5 * rms(ref);
-    int64_t bad = got.size() == ref.size() ? 0 : -1;
-    for (size_t i = 0; i < got.size() && bad >= 0; ++i)
-      bad += !(std::fabs(double(got[i]) - ref[i]) <= 1e-5 * std::fabs(ref[i]) + floor);
-    return bad;
-  };
   struct Result {
     std::vector<float> y, dx, dlw, dlb, dw, db;
   };
@@ -827,14 +785,9 @@ TEST_CASE("fp8 linear: fp8_linear_ln equals layernorm then fp8_linear on the GPU
         CHECK(rms(f.dlw) > 0.0);
         CHECK(colsum_mismatches(f.db, std::vector<float>(OC, 0.0f), dy_sum, dy_abs) == 0);
         CHECK(colsum_mismatches(u.db, std::vector<float>(OC, 0.0f), dy_sum, dy_abs) == 0);
-        using MetaPair = std::pair<const Fp8TensorMeta*, const Fp8TensorMeta*>;
-        for (auto [mf, mu] : {MetaPair{&fused.input, &plain.input}, MetaPair{&fused.weight, &plain.weight},
-                              MetaPair{&fused.grad_output, &plain.grad_output}}) {
-          CHECK(std::memcmp(&mf->last_amax, &mu->last_amax, sizeof(float)) == 0);
-          CHECK(mf->last_saturated == mu->last_saturated);
-          CHECK(mf->scale == mu->scale);
-          CHECK(mf->history_oldest_first() == mu->history_oldest_first());
-        }
+        for (auto [mf, mu] : {std::pair{&fused.input, &plain.input}, std::pair{&fused.weight, &plain.weight},
+                              std::pair{&fused.grad_output, &plain.grad_output}})
+          check_same_meta(*mf, *mu);
       }
       CHECK(fused.input.last_amax > 0.0f);
     }

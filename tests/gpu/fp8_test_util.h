@@ -1,0 +1,74 @@
+// Checks shared by the GPU FP8 tests (fp8_test.cpp, fp8_dgelu_test.cpp): FP8 codes compared byte for byte,
+// column sums and atomically accumulated gradients within reordered-f32 tolerance, and identical recorded
+// FP8 statistics.
+#pragma once
+#include <catch2/catch_test_macros.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "fp8/scaling.h"
+#include "gpu_test_util.h"
+
+namespace fp8t::test {
+
+// The bytes of a device tensor of FP8 codes (after the device's queued work).
+inline std::vector<uint8_t> download_codes(const Tensor& t) {
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const Tensor h = t.to(Device::cpu());
+  const auto* p = h.data<uint8_t>();
+  return {p, p + h.numel()};
+}
+
+// Codes that differ (a count, not a dump of megabyte vectors when a CHECK fails); -1 if the sizes differ.
+inline int64_t code_mismatches(const std::vector<uint8_t>& got, const std::vector<uint8_t>& ref) {
+  if (got.size() != ref.size()) return -1;
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) bad += got[i] != ref[i];
+  return bad;
+}
+
+// Columns whose device sum differs from prior + the double column sum by more than reordered f32
+// additions allow (1e-5 of the column's absolute sum, prior included); a NaN or infinite reference
+// must be matched as such.
+inline int64_t colsum_mismatches(const std::vector<float>& got, const std::vector<float>& prior,
+                                 const std::vector<double>& sum, const std::vector<double>& abs_sum) {
+  if (got.size() != prior.size() || got.size() != sum.size()) return -1;
+  int64_t bad = 0;
+  for (size_t c = 0; c < got.size(); ++c) {
+    const double want = double(prior[c]) + sum[c];
+    if (std::isnan(want)) bad += !std::isnan(got[c]);
+    else if (std::isinf(want)) bad += double(got[c]) != want;
+    else bad += !(std::fabs(double(got[c]) - want) <= 1e-5 * (std::fabs(prior[c]) + abs_sum[c]));
+  }
+  return bad;
+}
+
+// The same with nothing there before (a zero-filled sum).
+inline int64_t colsum_mismatches(const std::vector<float>& got, const std::vector<double>& sum,
+                                 const std::vector<double>& abs_sum) {
+  return colsum_mismatches(got, std::vector<float>(got.size(), 0.0f), sum, abs_sum);
+}
+
+// Elements of got beyond what reordering a few f32 partial sums of ref can change (1e-5 relative, with
+// a floor of 1e-5 of ref's rms); -1 if the sizes differ.
+inline int64_t reordered_mismatches(const std::vector<float>& got, const std::vector<float>& ref) {
+  const double floor = 1e-5 * rms(ref);
+  int64_t bad = got.size() == ref.size() ? 0 : -1;
+  for (size_t i = 0; i < got.size() && bad >= 0; ++i)
+    bad += !(std::fabs(double(got[i]) - ref[i]) <= 1e-5 * std::fabs(ref[i]) + floor);
+  return bad;
+}
+
+// A fused and an unfused path recorded the same statistics for one tensor: amax bits, saturation
+// count, scale and amax history.
+inline void check_same_meta(const Fp8TensorMeta& a, const Fp8TensorMeta& b) {
+  CHECK(std::memcmp(&a.last_amax, &b.last_amax, sizeof(float)) == 0);
+  CHECK(a.last_saturated == b.last_saturated);
+  CHECK(a.scale == b.scale);
+  CHECK(a.history_oldest_first() == b.history_oldest_first());
+}
+
+}  // namespace fp8t::test
