@@ -169,7 +169,7 @@ void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor&
     expect(*dweight, DType::f32, op, "dweight");
     expect_numel(*dweight, N * K, op, "dweight");
     k::matmul_backward_weight(dweight->data<float>(), dout.data<bf16>(), inp.data<bf16>(), to_int(M, op, "M"),
-                              to_int(K, op, "K"), to_int(N, op, "N"), accumulate_dinp, s);
+                              to_int(K, op, "K"), to_int(N, op, "N"), /*accumulate=*/true, s);
   }
   if (dbias) {
     expect(*dbias, DType::f32, op, "dbias");

@@ -5,7 +5,9 @@
 
 #include "gpu_test_util.h"
 #include "ops/cpu/reference.h"
+#include "autograd/tape.h"
 #include "ops/cuda_ops.h"
+#include "ops/ops.h"
 
 using namespace fp8t;
 using namespace fp8t::test;
@@ -39,5 +41,39 @@ TEST_CASE("cross-entropy forward and in-place backward", "[gpu][classifier]") {
     CHECK(rel_err(inplace, rgrad) < 1e-2);
     for (int64_t r = 0; r < BT; ++r)
       for (int64_t c = V; c < Vp; ++c) REQUIRE(inplace[r * Vp + c] == 0.0f);
+  }
+}
+
+// The chunked head computes d(w) chunk by chunk during the forward pass: every chunk, and every
+// micro-batch before it, must accumulate into w's gradient (a beta-0 GEMM would keep only the last chunk).
+TEST_CASE("lm_head_loss on the GPU: the weight gradient sums every chunk and accumulates", "[gpu][classifier]") {
+  const int64_t B = 2, T = 48, C = 64, V = 500, Vp = 512;
+  const auto h0 = round_bf16(randn(B * T * C, 1.0f)), w0 = round_bf16(randn(Vp * C, 0.3f));
+  const auto targets = randint(B * T, static_cast<int32_t>(V));
+  // Reference on the CPU in f32 from the same bf16 inputs: the full (B*T, Vp) head at once.
+  std::vector<float> logits(B * T * Vp), dl(B * T, 1.0f / (B * T)), dlogits(B * T * Vp, 0.0f), dw_ref(Vp * C, 0.0f);
+  cpu::matmul_forward<float>(logits.data(), h0.data(), w0.data(), nullptr, B * T, C, Vp);
+  std::vector<float> losses(B * T);
+  cpu::crossentropy_forward<float>(losses.data(), logits.data(), targets.data(), B * T, V, Vp);
+  cpu::crossentropy_backward<float>(dlogits.data(), logits.data(), targets.data(), dl.data(), B * T, V, Vp);
+  cpu::matmul_backward<float>(nullptr, dw_ref.data(), nullptr, dlogits.data(), h0.data(), nullptr, B * T, C, Vp);
+  const Tensor tt = upload_i32(targets, {B, T});
+  for (int64_t chunk : {int64_t{16}, int64_t{32}, B * T}) {
+    INFO("chunk rows " << chunk);
+    Var h = make_var(upload(h0, {B, T, C}, DType::bf16), true);
+    Var w = make_var(upload(w0, {Vp, C}, DType::bf16), true);
+    w->grad = upload(std::vector<float>(Vp * C, 0.0f), {Vp, C}, DType::f32);
+    for (int micro = 0; micro < 2; ++micro) {  // two micro-batches: the second adds to the first
+      Tape tape;
+      Var loss;
+      {
+        TapeScope s(&tape);
+        loss = lm_head_loss(h, w, tt, V, chunk, 1.0f);
+      }
+      tape.backward(loss, 1.0f);
+    }
+    std::vector<float> twice(dw_ref.size());
+    for (size_t i = 0; i < twice.size(); ++i) twice[i] = 2.0f * dw_ref[i];
+    CHECK(rel_err(download(w->grad), twice) < 2e-2);
   }
 }
