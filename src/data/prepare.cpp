@@ -115,7 +115,14 @@ PrepareStats prepare_shards(const PrepareOptions& opts) {
     ids.insert(ids.end(), text_ids.begin(), text_ids.end());
     const auto n_val = static_cast<size_t>(std::llround(opts.val_fraction * ids.size()));
     val.append(ids, 0, n_val);
-    train.append(ids, n_val, ids.size());
+    // The train part starts with an EOT of its own, so that documents stay separated in train too
+    // (the document's leading EOT went to val).
+    if (n_val > 0 && n_val < ids.size()) {
+      ids[n_val - 1] = tok.eot();
+      train.append(ids, n_val - 1, ids.size());
+    } else {
+      train.append(ids, n_val, ids.size());
+    }
     ++stats.documents;
   }
   train.finish();

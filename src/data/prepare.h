@@ -25,7 +25,7 @@ struct PrepareStats {
 
 // Each input is one document, tokenized as [EOT] + encode(text) like llm.c's prepare scripts.
 // Split: the first round(val_fraction * n) tokens of every document (n counts its leading EOT)
-// go to val and the rest to train, so val samples every input (e.g. every Brown genre) rather
+// go to val and the rest, after an EOT of its own, to train, so val samples every input (e.g. every Brown genre) rather
 // than only the first file; with one input this is llm.c's "first tokens are val". Inputs are
 // processed in the order given, so the output is deterministic. Existing shards with the same
 // names are replaced atomically. Throws Error if the build lacks PCRE2.

@@ -165,8 +165,9 @@ TEST_CASE("data: prepare_shards splits every document and shards by size", "[dat
   CHECK(stats.documents == 2);
   const size_t v0 = std::llround(0.25 * n0), v1 = std::llround(0.25 * n1);
   CHECK(stats.val_tokens == static_cast<int64_t>(v0 + v1));
-  CHECK(stats.train_tokens == static_cast<int64_t>(n0 + n1 - v0 - v1));
-  CHECK(stats.train_files.size() == (n0 + n1 - v0 - v1 + 15) / 16);
+  // The train part of each document starts with an EOT of its own.
+  CHECK(stats.train_tokens == static_cast<int64_t>(n0 + n1 - v0 - v1 + 2));
+  CHECK(stats.train_files.size() == (n0 + n1 - v0 - v1 + 2 + 15) / 16);
   CHECK_FALSE(fs::exists(opts.out_dir + "/train_000099.bin"));
 
   std::vector<uint16_t> val;
@@ -178,6 +179,15 @@ TEST_CASE("data: prepare_shards splits every document and shards by size", "[dat
   REQUIRE(val.size() == v0 + v1);
   CHECK(val[0] == tok.eot());   // each document starts with EOT...
   CHECK(val[v0] == tok.eot());  // ...and both contribute their first quarter to val
+  std::vector<uint16_t> train;
+  for (const auto& f : expand_glob(opts.out_dir + "/train_*.bin")) {
+    const auto part = read_shard(f);
+    train.insert(train.end(), part.begin(), part.end());
+  }
+  REQUIRE(train.size() == n0 + n1 - v0 - v1 + 2);
+  CHECK(train[0] == tok.eot());
+  CHECK(train[n0 - v0 + 1] == tok.eot());  // the second document's train part
+  CHECK(train[1] == tok.encode(kSamples[0])[v0 - 1]);
   fs::remove_all(dir);
 }
 
