@@ -1,29 +1,109 @@
-// AdamW: one fused elementwise pass reading params, grads, m, v and writing params, m, v (+ bf16 copy).
-#include <cmath>
+// AdamW: one fused pass reading params, grads, m, v and writing params, m, v (+ bf16 copy). A warp owns
+// one kMomentBlock block at a time, so the fp8 first moment's new block amax is a warp reduction and the
+// re-quantized codes are written in the same pass.
+#include <type_traits>
 
 #include "kernels/adamw.cuh"
 #include "kernels/cuda_common.cuh"
+#include "kernels/fp8_codec.cuh"
 
 namespace fp8t::kernels {
 namespace {
 
+constexpr int kWarp = 32;
+constexpr int kPerLane = kMomentBlock / kWarp;  // lane l holds elements l, l + 32, l + 64, l + 96 of a block
+static_assert(kMomentBlock % kWarp == 0);
+
 // ------------------------------------------------------------------------------------------------
 // CUDA kernels
 
-__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, const uint8_t* decay_mask,
-                             size_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
-                             float grad_scale, float bias_corr1, float bias_corr2, bf16* params_bf16) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
-    const float g = grads[i] * grad_scale;
-    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float wd = (decay_mask == nullptr || decay_mask[i]) ? weight_decay : 0.0f;
-    float p = params[i];
-    p -= lr * ((mi / bias_corr1) / (sqrtf(vi / bias_corr2) + eps) + wd * p);
-    params[i] = p;
-    if (params_bf16) params_bf16[i] = __float2bfloat16_rn(p);
+template <class G>
+__device__ __forceinline__ float grad_at(const G* g, int64_t i) {
+  if constexpr (std::is_same_v<G, float>)
+    return g[i];
+  else
+    return __bfloat162float(g[i]);
+}
+
+// The first segment whose end lies past i (segments sorted, covering [0, n)).
+__device__ __forceinline__ int segment_of(const AdamWSegment* segs, int count, int64_t i) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (segs[mid].end > i)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+template <class G, StateDtype S>
+__global__ void adamw_kernel(AdamWBuffers b, AdamWHyper h) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / kWarp);
+  const int64_t blocks = (b.n + kMomentBlock - 1) / kMomentBlock;
+  const G* grads = static_cast<const G*>(b.grads);
+  for (int64_t blk = int64_t{blockIdx.x} * (blockDim.x / kWarp) + threadIdx.x / kWarp; blk < blocks; blk += warps) {
+    const int64_t first = blk * kMomentBlock;
+    const float scale = S == StateDtype::fp8 ? b.m_scale[blk] : 0.0f;  // read by every lane before lane 0 writes
+    int s = segment_of(b.segments, b.num_segments, first);
+    float rm[kPerLane], rv[kPerLane];  // updated moments, in f32
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int64_t i = first + j * kWarp + lane;
+      rm[j] = rv[j] = 0.0f;
+      if (i >= b.n) continue;
+      while (b.segments[s].end <= i) ++s;
+      const AdamWSegment& seg = b.segments[s];
+      float m, v;
+      if constexpr (S == StateDtype::fp32) {
+        m = static_cast<const float*>(b.m)[i];
+        v = static_cast<const float*>(b.v)[i];
+      } else {
+        m = S == StateDtype::bf16 ? bf16_value(static_cast<const uint16_t*>(b.m)[i])
+                                  : f32_mul(from_fp8<Fp8Format::e4m3>(static_cast<const uint8_t*>(b.m)[i]), scale);
+        v = bf16_value(static_cast<const uint16_t*>(b.v)[i]);
+      }
+      const AdamWElement e = adamw_element(b.params[i], grad_at(grads, i), m, v, seg.weight_decay, h);
+      b.params[i] = e.param;
+      if (b.params_bf16 && seg.compute >= 0)
+        reinterpret_cast<bf16*>(b.params_bf16)[seg.compute + (i - seg.begin)] = __float2bfloat16_rn(e.param);
+      rm[j] = e.m;
+      rv[j] = e.v;
+      amax = fmaxf(amax, fabsf(e.m));
+    }
+    float new_scale = 0.0f;
+    if constexpr (S == StateDtype::fp8) {
+      new_scale = moment_block_scale(warp_max(amax));  // the whole warp is here: blk is warp-uniform
+      if (lane == 0) b.m_scale[blk] = new_scale;
+    }
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int64_t i = first + j * kWarp + lane;
+      if (i >= b.n) continue;
+      if constexpr (S == StateDtype::fp32) {
+        static_cast<float*>(b.m)[i] = rm[j];
+        static_cast<float*>(b.v)[i] = rv[j];
+      } else {
+        const uint32_t bits = rounding_bits(h.rounding_key, b.index_base + i);
+        if constexpr (S == StateDtype::bf16)
+          static_cast<uint16_t*>(b.m)[i] = bf16_round_stochastic(rm[j], bits);
+        else
+          static_cast<uint8_t*>(b.m)[i] = to_fp8<Fp8Format::e4m3>(moment_scaled(rm[j], new_scale));
+        static_cast<uint16_t*>(b.v)[i] = bf16_round_stochastic(rv[j], bits >> 16);
+      }
+    }
+  }
+}
+
+template <class G>
+void launch(const AdamWBuffers& b, const AdamWHyper& h, int grid, int threads, cudaStream_t stream) {
+  switch (b.state_dtype) {
+    case StateDtype::fp32: adamw_kernel<G, StateDtype::fp32><<<grid, threads, 0, stream>>>(b, h); break;
+    case StateDtype::bf16: adamw_kernel<G, StateDtype::bf16><<<grid, threads, 0, stream>>>(b, h); break;
+    case StateDtype::fp8: adamw_kernel<G, StateDtype::fp8><<<grid, threads, 0, stream>>>(b, h); break;
   }
 }
 
@@ -32,19 +112,23 @@ __global__ void adamw_kernel(float* params, const float* grads, float* m, float*
 // ------------------------------------------------------------------------------------------------
 // kernel launchers
 
-void adamw_update(float* params, const float* grads, float* m, float* v, const uint8_t* decay_mask, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, float grad_scale, int step, bf16* params_bf16,
-                  cudaStream_t stream) {
-  FP8T_CHECK(step >= 1, "adamw_update: step must count from 1, got {}", step);
-  FP8T_CHECK(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f, "adamw_update: betas ({}, {}) outside [0, 1)",
-             beta1, beta2);
-  if (n == 0) return;
-  const float bias_corr1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta1), step));
-  const float bias_corr2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta2), step));
+void adamw_update(const AdamWBuffers& b, const AdamWHyper& h, cudaStream_t stream) {
+  FP8T_CHECK(b.grad_dtype == DType::f32 || b.grad_dtype == DType::bf16,
+             "adamw_update: gradients must be f32 or bf16, not {}", dtype_name(b.grad_dtype));
+  FP8T_CHECK(b.n >= 0 && h.bias_corr1 > 0.0f && h.bias_corr2 > 0.0f,
+             "adamw_update: n {} and bias corrections ({}, {}) must be >= 0 and > 0 (step counts from 1)", b.n,
+             h.bias_corr1, h.bias_corr2);
+  if (b.n == 0) return;
+  FP8T_CHECK(b.segments && b.num_segments > 0, "adamw_update: {} elements need segments", b.n);
+  FP8T_CHECK(b.state_dtype != StateDtype::fp8 || b.m_scale, "adamw_update: fp8 moments need block scales");
   constexpr int kThreads = 256;
-  const int grid = static_cast<int>(std::min<size_t>((n + kThreads - 1) / kThreads, 132 * 16));
-  adamw_kernel<<<grid, kThreads, 0, stream>>>(params, grads, m, v, decay_mask, n, lr, beta1, beta2, eps, weight_decay,
-                                              grad_scale, bias_corr1, bias_corr2, params_bf16);
+  const int64_t warps_needed = (b.n + kMomentBlock - 1) / kMomentBlock;
+  const int grid = static_cast<int>(std::min<int64_t>((warps_needed + kThreads / kWarp - 1) / (kThreads / kWarp),
+                                                      132 * 16));
+  if (b.grad_dtype == DType::f32)
+    launch<float>(b, h, grid, kThreads, stream);
+  else
+    launch<bf16>(b, h, grid, kThreads, stream);
   CUDA_CHECK_LAUNCH();
 }
 

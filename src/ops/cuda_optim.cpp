@@ -1,4 +1,4 @@
-// CUDA optimizer entry points: AdamW and the gradient sum of squares over flat f32 ranges.
+// CUDA optimizer entry points: AdamW and the gradient sum of squares over flat ranges.
 #ifdef FP8T_HAVE_CUDA
 #include "ops/cuda_optim.h"
 
@@ -10,17 +10,19 @@
 
 namespace fp8t::cuda_ops {
 
-void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-           float eps, float weight_decay, float grad_scale, int step, void* param_bf16) {
-  kernels::adamw_update(param, grad, m, v, nullptr, static_cast<size_t>(n), lr, beta1, beta2, eps, weight_decay,
-                        grad_scale, step, static_cast<__nv_bfloat16*>(param_bf16), kernels::compute_stream());
-}
+void adamw(const AdamWBuffers& b, const AdamWHyper& h) { kernels::adamw_update(b, h, kernels::compute_stream()); }
 
-double sum_squares(const float* x, int64_t n) {
+double sum_squares(const void* x, DType dtype, int64_t n) {
+  FP8T_CHECK(dtype == DType::f32 || dtype == DType::bf16, "sum_squares needs f32 or bf16, got {}", dtype_name(dtype));
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   Tensor acc = Tensor::zeros({1}, DType::f32, Device::cuda(dev), MemCategory::workspace);
-  kernels::global_norm_squared(acc.data<float>(), x, static_cast<size_t>(n), kernels::compute_stream());
+  if (dtype == DType::f32)
+    kernels::global_norm_squared(acc.data<float>(), static_cast<const float*>(x), static_cast<size_t>(n),
+                                 kernels::compute_stream());
+  else
+    kernels::global_norm_squared(acc.data<float>(), static_cast<const __nv_bfloat16*>(x), static_cast<size_t>(n),
+                                 kernels::compute_stream());
   float host = 0;
   CUDA_CHECK(cudaMemcpyAsync(&host, acc.data<float>(), sizeof(float), cudaMemcpyDeviceToHost,
                              kernels::compute_stream()));
