@@ -345,10 +345,12 @@ void matmul_backward_input_dgelu(bf16* dpre, const bf16* dout, const bf16* weigh
                   MatmulEpilogue::dgelu, nullptr, const_cast<bf16*>(pre), stream);
 }
 
-void matmul_backward_weight(float* dweight, const bf16* dout, const bf16* inp, int M, int K, int N, bool accumulate,
-                            cudaStream_t stream) {
+void matmul_backward_weight(void* dweight, DType dweight_dtype, const bf16* dout, const bf16* inp, int M, int K, int N,
+                            bool accumulate, cudaStream_t stream) {
+  FP8T_CHECK(dweight_dtype == DType::f32 || dweight_dtype == DType::bf16,
+             "matmul_backward_weight: dweight must be f32 or bf16, got {}", dtype_name(dweight_dtype));
   // dW^T (K, N) = inp^T (K, M) @ dout (M, N) [dout stored (N, M) column-major, transposed]
-  matmul_cublaslt(dweight, DType::f32, {inp, DType::bf16}, false, {dout, DType::bf16}, true, K, N, M, 1.0f,
+  matmul_cublaslt(dweight, dweight_dtype, {inp, DType::bf16}, false, {dout, DType::bf16}, true, K, N, M, 1.0f,
                   accumulate ? 1.0f : 0.0f, MatmulEpilogue::none, nullptr, nullptr, stream);
 }
 
@@ -369,10 +371,12 @@ void matmul_fp8_backward_input(bf16* dinp, const MatmulOperand& dout, const Matm
             MatmulEpilogue::none, nullptr, nullptr, /*fast_accum=*/false, stream);
 }
 
-void matmul_fp8_backward_weight(float* dweight, const MatmulOperand& dout_t, const MatmulOperand& inp_t, int M, int K,
-                                int N, bool accumulate, cudaStream_t stream) {
+void matmul_fp8_backward_weight(void* dweight, DType dweight_dtype, const MatmulOperand& dout_t,
+                                const MatmulOperand& inp_t, int M, int K, int N, bool accumulate, cudaStream_t stream) {
+  FP8T_CHECK(dweight_dtype == DType::f32 || dweight_dtype == DType::bf16,
+             "matmul_fp8_backward_weight: dweight must be f32 or bf16, got {}", dtype_name(dweight_dtype));
   // dweight^T (K, N) = inp^T (K, M) [inp_t (K, M), M-major] @ dout (M, N) [dout_t (N, M), M-major]
-  matmul_lt(dweight, DType::f32, inp_t, true, dout_t, false, K, N, M, 1.0f, accumulate ? 1.0f : 0.0f,
+  matmul_lt(dweight, dweight_dtype, inp_t, true, dout_t, false, K, N, M, 1.0f, accumulate ? 1.0f : 0.0f,
             MatmulEpilogue::none, nullptr, nullptr, /*fast_accum=*/false, stream);
 }
 

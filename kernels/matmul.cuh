@@ -56,9 +56,10 @@ void matmul_forward_gelu(__nv_bfloat16* out, __nv_bfloat16* pre, const __nv_bflo
 // output fed this GEMM. Overwrites dpre.
 void matmul_backward_input_dgelu(__nv_bfloat16* dpre, const __nv_bfloat16* dout, const __nv_bfloat16* weight,
                                  const __nv_bfloat16* pre, int M, int K, int N, cudaStream_t stream);
-// dweight (N, K) f32 (+)= dout (M, N)^T @ inp (M, K)
-void matmul_backward_weight(float* dweight, const __nv_bfloat16* dout, const __nv_bfloat16* inp, int M, int K, int N,
-                            bool accumulate, cudaStream_t stream);
+// dweight (N, K) (+)= dout (M, N)^T @ inp (M, K); dweight f32 or bf16 (precision.grad_dtype: the f32 sum with
+// beta = 1 is rounded to bf16 once per call)
+void matmul_backward_weight(void* dweight, DType dweight_dtype, const __nv_bfloat16* dout, const __nv_bfloat16* inp,
+                            int M, int K, int N, bool accumulate, cudaStream_t stream);
 // ---- FP8 row-major helpers. Operands are FP8 codes (E4M3 or E5M2, not both E5M2) with their device
 // scale_inv as `scale`; FP32 accumulation; every dimension a multiple of 16; fast accumulation in
 // fprop only. Hopper takes only K-major operands, hence the transposed copies in backward.
@@ -68,9 +69,9 @@ void matmul_fp8_forward(__nv_bfloat16* out, const MatmulOperand& inp, const Matm
 // dinp (M, K) bf16 (+)= dout (M, N) @ weight (N, K), given weight_t (K, N)
 void matmul_fp8_backward_input(__nv_bfloat16* dinp, const MatmulOperand& dout, const MatmulOperand& weight_t, int M,
                                int K, int N, bool accumulate, cudaStream_t stream);
-// dweight (N, K) f32 (+)= dout (M, N)^T @ inp (M, K), given dout_t (N, M) and inp_t (K, M)
-void matmul_fp8_backward_weight(float* dweight, const MatmulOperand& dout_t, const MatmulOperand& inp_t, int M, int K,
-                                int N, bool accumulate, cudaStream_t stream);
+// dweight (N, K) f32 or bf16 (+)= dout (M, N)^T @ inp (M, K), given dout_t (N, M) and inp_t (K, M)
+void matmul_fp8_backward_weight(void* dweight, DType dweight_dtype, const MatmulOperand& dout_t,
+                                const MatmulOperand& inp_t, int M, int K, int N, bool accumulate, cudaStream_t stream);
 // dbias (N) f32 += column sums of dout (M, N)
 void matmul_backward_bias(float* dbias, const __nv_bfloat16* dout, int M, int N, cudaStream_t stream);
 

@@ -3,11 +3,14 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cmath>
+#include <utility>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
 
 #include "core/check.h"
+#include "core/dtype.h"
 #include "dist/comm.h"
 
 namespace fp8t {
@@ -64,11 +67,40 @@ void ensure_mpi_initialized() {
   std::atexit(finalize_mpi);
 }
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
+// bf16 reductions (precision.grad_dtype: bf16): MPI has no bf16 type, so the elements travel as
+// uint16 and these ops combine them in f32 and round to bf16 at every step, as NCCL's bf16 sum does.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+}
+void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = float_to_bf16(std::fmax(bf16_to_float(a[i]), bf16_to_float(b[i])));
+}
 
-void check_f32_cpu(const Tensor& t, const char* what) {
-  FP8T_CHECK(t.dtype() == DType::f32 && t.device().is_cpu(),
-             "mpi {}: needs an f32 CPU tensor, got {} (CUDA tensors use the NCCL communicator)", what, t.str());
+MPI_Op mpi_op(ReduceOp op, DType dtype) {
+  if (dtype == DType::f32) return op == ReduceOp::sum ? MPI_SUM : MPI_MAX;
+  static const std::pair<MPI_Op, MPI_Op> bf16_ops = [] {
+    std::pair<MPI_Op, MPI_Op> ops;
+    MPI_Op_create(&bf16_sum, /*commute=*/1, &ops.first);
+    MPI_Op_create(&bf16_max, /*commute=*/1, &ops.second);
+    return ops;
+  }();
+  return op == ReduceOp::sum ? bf16_ops.first : bf16_ops.second;
+}
+
+MPI_Datatype mpi_type(DType dtype) { return dtype == DType::f32 ? MPI_FLOAT : MPI_UINT16_T; }
+
+void check_float_cpu(const Tensor& t, const char* what) {
+  FP8T_CHECK((t.dtype() == DType::f32 || t.dtype() == DType::bf16) && t.device().is_cpu(),
+             "mpi {}: needs an f32 or bf16 CPU tensor, got {} (CUDA tensors use the NCCL communicator)", what,
+             t.str());
+}
+
+void check_same_dtype(const Tensor& in, const Tensor& out, const char* what) {
+  FP8T_CHECK(in.dtype() == out.dtype(), "mpi {}: in {} and out {} differ in dtype", what, in.str(), out.str());
 }
 
 // MPI counts are int; our buffers are far below 2^31 elements per collective, but say so if not.
@@ -105,62 +137,65 @@ class MpiCommunicator final : public Communicator {
   void set_timeout(double seconds) override { timeout_s_ = seconds; }
 
   void all_reduce(Tensor& t, ReduceOp op) override {
-    check_f32_cpu(t, "all_reduce");
+    check_float_cpu(t, "all_reduce");
     MPI_Request req;
-    MPI_CHECK(comm_, MPI_Iallreduce(MPI_IN_PLACE, t.raw(), mpi_count(t.numel(), "all_reduce"), MPI_FLOAT,
-                                    mpi_op(op), comm_, &req));
+    MPI_CHECK(comm_, MPI_Iallreduce(MPI_IN_PLACE, t.raw(), mpi_count(t.numel(), "all_reduce"), mpi_type(t.dtype()),
+                                    mpi_op(op, t.dtype()), comm_, &req));
     wait(req, "all_reduce");
   }
 
   void reduce(Tensor& t, ReduceOp op, int root) override {
-    check_f32_cpu(t, "reduce");
+    check_float_cpu(t, "reduce");
     MPI_Request req;
     const int n = mpi_count(t.numel(), "reduce");
     // The root reduces in place; the others only send (their receive buffer is ignored).
     const void* send = rank_ == root ? MPI_IN_PLACE : t.raw();
-    MPI_CHECK(comm_, MPI_Ireduce(send, t.raw(), n, MPI_FLOAT, mpi_op(op), root, comm_, &req));
+    MPI_CHECK(comm_, MPI_Ireduce(send, t.raw(), n, mpi_type(t.dtype()), mpi_op(op, t.dtype()), root, comm_, &req));
     wait(req, "reduce");
   }
 
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
-    check_f32_cpu(in, "reduce_scatter");
-    check_f32_cpu(out, "reduce_scatter");
+    check_float_cpu(in, "reduce_scatter");
+    check_same_dtype(in, out, "reduce_scatter");
+    const MPI_Datatype type = mpi_type(in.dtype());
+    const MPI_Op mop = mpi_op(op, in.dtype());
     const int64_t n = out.numel();
     FP8T_CHECK(in.numel() == n * size_, "reduce_scatter: in has {} elements, expected {} ranks x {}", in.numel(),
                size_, n);
     const int count = mpi_count(n, "reduce_scatter");
-    float* own = in.data<float>() + static_cast<int64_t>(rank_) * n;  // in's slice for this rank
+    const char* own = static_cast<const char*>(in.raw()) + rank_ * out.nbytes();  // in's slice for this rank
     MPI_Request req;
     if (out.raw() == own) {
       // out is in's own slice. MPI_IN_PLACE would leave the result at the *start* of the buffer
       // (and may use the rest as scratch), so reduce into a shard-sized buffer and copy it over.
-      Tensor tmp = Tensor::empty({n}, DType::f32, Device::cpu(), MemCategory::comm);
-      MPI_CHECK(comm_, MPI_Ireduce_scatter_block(in.raw(), tmp.raw(), count, MPI_FLOAT, mpi_op(op), comm_, &req));
+      Tensor tmp = Tensor::empty({n}, in.dtype(), Device::cpu(), MemCategory::comm);
+      MPI_CHECK(comm_, MPI_Ireduce_scatter_block(in.raw(), tmp.raw(), count, type, mop, comm_, &req));
       wait(req, "reduce_scatter");
       out.copy_from(tmp);
       return;
     }
     FP8T_CHECK(!overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes()),
                "reduce_scatter: out may be in's own rank slice or disjoint from in, not another overlap");
-    MPI_CHECK(comm_, MPI_Ireduce_scatter_block(in.raw(), out.raw(), count, MPI_FLOAT, mpi_op(op), comm_, &req));
+    MPI_CHECK(comm_, MPI_Ireduce_scatter_block(in.raw(), out.raw(), count, type, mop, comm_, &req));
     wait(req, "reduce_scatter");
   }
 
   void all_gather(const Tensor& in, Tensor& out) override {
-    check_f32_cpu(in, "all_gather");
-    check_f32_cpu(out, "all_gather");
+    check_float_cpu(in, "all_gather");
+    check_same_dtype(in, out, "all_gather");
+    const MPI_Datatype type = mpi_type(in.dtype());
     const int64_t n = in.numel();
     FP8T_CHECK(out.numel() == n * size_, "all_gather: out has {} elements, expected {} ranks x {}", out.numel(),
                size_, n);
     const int count = mpi_count(n, "all_gather");
-    float* own = out.data<float>() + static_cast<int64_t>(rank_) * n;
+    const char* own = static_cast<const char*>(out.raw()) + rank_ * in.nbytes();
     MPI_Request req;
     if (in.raw() == own) {
-      MPI_CHECK(comm_, MPI_Iallgather(MPI_IN_PLACE, 0, MPI_FLOAT, out.raw(), count, MPI_FLOAT, comm_, &req));
+      MPI_CHECK(comm_, MPI_Iallgather(MPI_IN_PLACE, 0, type, out.raw(), count, type, comm_, &req));
     } else {
       FP8T_CHECK(!overlaps(in.raw(), in.nbytes(), out.raw(), out.nbytes()),
                  "all_gather: in may be out's own rank slice or disjoint from out, not another overlap");
-      MPI_CHECK(comm_, MPI_Iallgather(in.raw(), count, MPI_FLOAT, out.raw(), count, MPI_FLOAT, comm_, &req));
+      MPI_CHECK(comm_, MPI_Iallgather(in.raw(), count, type, out.raw(), count, type, comm_, &req));
     }
     wait(req, "all_gather");
   }

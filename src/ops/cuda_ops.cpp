@@ -166,15 +166,20 @@ void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor&
                              to_int(K, op, "K"), to_int(N, op, "N"), accumulate_dinp, s);
   }
   if (dweight) {
-    expect(*dweight, DType::f32, op, "dweight");
+    FP8T_CHECK(dweight->device().is_cuda() && (dweight->dtype() == DType::f32 || dweight->dtype() == DType::bf16),
+               "{}: dweight must be a CUDA f32 or bf16 tensor, got {}", op, dweight->str());
     expect_numel(*dweight, N * K, op, "dweight");
-    k::matmul_backward_weight(dweight->data<float>(), dout.data<bf16>(), inp.data<bf16>(), to_int(M, op, "M"),
-                              to_int(K, op, "K"), to_int(N, op, "N"), /*accumulate=*/true, s);
+    k::matmul_backward_weight(dweight->raw(), dweight->dtype(), dout.data<bf16>(), inp.data<bf16>(),
+                              to_int(M, op, "M"), to_int(K, op, "K"), to_int(N, op, "N"), /*accumulate=*/true, s);
   }
   if (dbias) {
-    expect(*dbias, DType::f32, op, "dbias");
     expect_numel(*dbias, N, op, "dbias");
-    k::matmul_backward_bias(dbias->data<float>(), dout.data<bf16>(), to_int(M, op, "M"), to_int(N, op, "N"), s);
+    // The column sums accumulate in f32: a bf16 gradient gets them through an f32 temporary.
+    const bool direct = dbias->dtype() == DType::f32;
+    FP8T_CHECK(direct || dbias->dtype() == DType::bf16, "{}: dbias must be f32 or bf16, got {}", op, dbias->str());
+    Tensor sums = direct ? *dbias : Tensor::zeros({N}, DType::f32, dbias->device(), MemCategory::workspace);
+    k::matmul_backward_bias(sums.data<float>(), dout.data<bf16>(), to_int(M, op, "M"), to_int(N, op, "N"), s);
+    if (!direct) add_inplace(*dbias, sums);
   }
 }
 

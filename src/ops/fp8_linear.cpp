@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "ops/cpu/reference.h"
+#include "ops/grad_sink.h"
 #include "ops/ops.h"
 
 #ifdef FP8T_HAVE_CUDA
@@ -90,13 +91,6 @@ Tensor& host_f32_grad(const GradRef& gr, const char* what, const std::string& la
   return g;
 }
 
-Tensor& host_f32_grad(const Var& v, const char* what, const std::string& layer) {
-  Tensor& g = grad_of(v);
-  FP8T_CHECK(g.device().is_cpu() && g.dtype() == DType::f32 && g.numel() == v->value.numel(),
-             "fp8_linear ({}): gradient of {} must be host f32 like its value, got {}", layer, what, g.str());
-  return g;
-}
-
 Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st) {
   const Tensor& xv = x->value;
   const int64_t IC = w->value.dim(1), OC = w->value.dim(0), M = xv.numel() / IC;
@@ -164,12 +158,15 @@ Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st)
       Tensor tmp = Tensor::zeros({OC, IC}, DType::f32, Device::cpu(), MemCategory::workspace);
       cpu::matmul_backward<float>(nullptr, tmp.data<float>(), nullptr, dyd.data<float>(), xd.data<float>(),
                                   nullptr, M, IC, OC);
-      add_scaled(host_f32_grad(w, "the weight", st.name), tmp, dyq.scale_inv * xq2.scale_inv);
+      ops_detail::GradSink dw(w, DType::f32);  // a bf16 gradient is added to once, rounded (grad_sink.h)
+      add_scaled(dw.tensor(), tmp, dyq.scale_inv * xq2.scale_inv);
+      dw.commit();
     }
     if (b && b->requires_grad) {
       // Bias gradient from the unquantized dy, as Transformer Engine does.
-      cpu::matmul_backward<float>(nullptr, nullptr, host_f32_grad(b, "the bias", st.name).data<float>(),
-                                  dy.data<float>(), nullptr, nullptr, M, IC, OC);
+      ops_detail::GradSink db(b, DType::f32);
+      cpu::matmul_backward<float>(nullptr, nullptr, db.ptr<float>(), dy.data<float>(), nullptr, nullptr, M, IC, OC);
+      db.commit();
     }
   });
   return y;

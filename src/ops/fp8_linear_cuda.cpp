@@ -16,6 +16,7 @@
 #include "kernels/matmul.cuh"
 #include "kernels/stream.cuh"
 #include "ops/cuda_ops.h"
+#include "ops/grad_sink.h"
 #include "ops/ops.h"
 
 namespace fp8t::detail {
@@ -70,7 +71,9 @@ void expect_cuda(const Tensor& t, DType dtype, const char* what, const std::stri
 Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, const InputPrologue& input) {
   const Tensor& wv = w->value;
   expect_cuda(x->value, DType::bf16, "x", st.name);
-  expect_cuda(wv, DType::bf16, "w (the bf16 compute copy)", st.name);
+  // w: the bf16 compute copy, or the f32 master where the weight has no compute copy (nn/params.h).
+  FP8T_CHECK(wv.device().is_cuda() && (wv.dtype() == DType::bf16 || wv.dtype() == DType::f32),
+             "fp8_linear ({}): w must be a CUDA bf16 or f32 tensor, got {}", st.name, wv.str());
   if (b) expect_cuda(b->value, DType::bf16, "b", st.name);
   const int64_t IC = wv.dim(1), OC = wv.dim(0), M = x->value.numel() / IC;
   FP8T_CHECK(M % 16 == 0 && IC % 16 == 0 && OC % 16 == 0,
@@ -191,13 +194,10 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
     Fp8DeviceSlot* slots = st.device.slots(dy.device(), st.metas());
     Fp8DeviceSlot* sdy = slot(slots, Fp8Role::grad_output);
     const int m = static_cast<int>(M), ic = static_cast<int>(IC), oc = static_cast<int>(OC);
-    // Bias gradient (OC) += column sums of the unquantized dy, as Transformer Engine does.
-    float* db = nullptr;
-    if (b && b->requires_grad) {
-      Tensor& g = grad_of(b);
-      expect_cuda(g, DType::f32, "the bias gradient", st.name);
-      db = g.data<float>();
-    }
+    // Bias gradient (OC) += column sums of the unquantized dy, as Transformer Engine does (in f32: a bf16
+    // gradient gets them through a temporary, ops/grad_sink.h).
+    ops_detail::GradSink db_sink(b, DType::f32);
+    float* db = db_sink.ptr<float>();
     if (need_dx || need_dw) {
       // dy (M, OC) for dgrad and dy^T (OC, M) for wgrad, in one pass that also adds dy's column sums
       // into db.
@@ -219,17 +219,17 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
         k::matmul_fp8_backward_input(dh.data<bf16>(), {dyq.raw(), bwd, &sdy->scale_inv},
                                      {st.weight_fp8_t.raw(), fwd, &slot(slots, Fp8Role::weight)->scale_inv}, m, ic,
                                      oc, /*accumulate=*/false, stream);
-        auto grad_or_zeros = [](const Var& v, DType dtype) {  // grad_of zero-fills a new gradient
-          const Tensor& value = value_of(v);
-          return v->requires_grad ? grad_of(v)
-                                  : Tensor::zeros(value.shape(), dtype, value.device(), MemCategory::workspace);
-        };
-        Tensor dx = grad_or_zeros(x_in, DType::bf16);
-        Tensor dlw = grad_or_zeros(prologue.ln_w, DType::f32), dlb = grad_or_zeros(prologue.ln_b, DType::f32);
+        const Tensor& x_value = value_of(x_in);  // grad_of zero-fills a new gradient
+        Tensor dx = x_in->requires_grad
+                        ? grad_of(x_in)
+                        : Tensor::zeros(x_value.shape(), DType::bf16, x_value.device(), MemCategory::workspace);
+        ops_detail::GradSink dlw(prologue.ln_w, DType::f32, /*scratch=*/true),
+            dlb(prologue.ln_b, DType::f32, /*scratch=*/true);
         expect_cuda(dx, DType::bf16, "the input gradient", st.name);
-        expect_cuda(dlw, DType::f32, "the LayerNorm weight gradient", st.name);
-        expect_cuda(dlb, DType::f32, "the LayerNorm bias gradient", st.name);
-        cuda_ops::layernorm_backward(dx, dlw, dlb, dh, value_of(x_in), prologue.ln_w->value, ln_mean, ln_rstd);
+        cuda_ops::layernorm_backward(dx, dlw.tensor(), dlb.tensor(), dh, x_value, prologue.ln_w->value, ln_mean,
+                                     ln_rstd);
+        dlw.commit();
+        dlb.commit();
       } else if (need_dx && prologue.kind == k::Fp8CastInput::gelu && x_grad.cell->takes_pending &&
                  x_grad.dtype == DType::bf16 && !grad_exists(x_grad)) {
         // x's producer (an FP8 linear) applies the GELU backward in its own dy cast: the GEMM's output,
@@ -276,7 +276,8 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
       }
       if (need_dw) {
         Tensor& dw = grad_of(w);
-        expect_cuda(dw, DType::f32, "the weight gradient", st.name);
+        FP8T_CHECK(dw.device().is_cuda() && (dw.dtype() == DType::f32 || dw.dtype() == DType::bf16),
+                   "fp8_linear ({}): the weight gradient must be a CUDA f32 or bf16 tensor, got {}", st.name, dw.str());
         Tensor xt = xq_t;
         if (!xt.defined()) {  // bf16 storage: the forward's scale reproduces the forward's codes
           xt = Tensor::empty({IC, M}, fwd, dy.device(), MemCategory::workspace);
@@ -284,12 +285,13 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
                       x_scale, k::Fp8CastOutputs{}, stream);
         }
         // dw (OC, IC) += dy^T (OC, M) @ x (M, IC), with dy^T and x^T as the K-major operands
-        k::matmul_fp8_backward_weight(dw.data<float>(), {dyq_t.raw(), bwd, &sdy->scale_inv},
+        k::matmul_fp8_backward_weight(dw.raw(), dw.dtype(), {dyq_t.raw(), bwd, &sdy->scale_inv},
                                       {xt.raw(), fwd, x_scale_inv}, m, ic, oc, /*accumulate=*/true, stream);
       }
     } else if (db) {  // only the bias needs a gradient: no cast to ride on
       k::matmul_backward_bias(db, dy.data<bf16>(), m, oc, stream);
     }
+    db_sink.commit();
     (void)x_scales;  // keeps the current-scaling copy of (scale, scale_inv) alive until here
   });
   return y;

@@ -8,9 +8,11 @@
 #include "fp8/saved.h"
 #include "ops/cpu/reference.h"
 #include "ops/dispatch.h"
+#include "ops/grad_sink.h"
 
 namespace fp8t {
 
+using ops_detail::GradSink;
 using ops_detail::on_cpu;
 
 namespace {
@@ -105,14 +107,18 @@ Var embedding(const Tensor& tokens, const Var& wte, const Var& wpe) {
       const Tensor& dout = grad_of(yg);
       if (dout.device().is_cuda()) {
         FP8T_ON_CUDA("embedding backward", {
-          Tensor dwte = grad_or_scratch(wte, DType::f32), dwpe = grad_or_scratch(wpe, DType::f32);
-          cuda_ops::embedding_backward(dwte, dwpe, dout, tokens);
+          GradSink dwte(wte, DType::f32, /*scratch=*/true), dwpe(wpe, DType::f32, /*scratch=*/true);
+          cuda_ops::embedding_backward(dwte.tensor(), dwpe.tensor(), dout, tokens);
+          dwte.commit();
+          dwpe.commit();
         });
         return;
       }
       on_cpu(dout.dtype(), "embedding backward", [&]<typename F>() {
-        cpu::embedding_backward<F>(grad_ptr<F>(wte, "embedding"), grad_ptr<F>(wpe, "embedding"), cptr<F>(dout),
-                                   tokens.data<int32_t>(), B, T, C);
+        GradSink dwte(wte, dout.dtype()), dwpe(wpe, dout.dtype());
+        cpu::embedding_backward<F>(dwte.ptr<F>(), dwpe.ptr<F>(), cptr<F>(dout), tokens.data<int32_t>(), B, T, C);
+        dwte.commit();
+        dwpe.commit();
       });
     });
   }
@@ -165,8 +171,11 @@ Var linear(const Var& x, const Var& w, const Var& b) {
         return;
       }
       on_cpu(dout.dtype(), "linear backward", [&]<typename F>() {
-        cpu::matmul_backward<F>(grad_ptr<F>(x, "linear"), grad_ptr<F>(w, "linear"), grad_ptr<F>(b, "linear"),
-                                cptr<F>(dout), cptr<F>(xv), cptr<F>(w->value), M, IC, OC);
+        GradSink dw(w, dout.dtype()), db(b, dout.dtype());
+        cpu::matmul_backward<F>(grad_ptr<F>(x, "linear"), dw.ptr<F>(), db.ptr<F>(), cptr<F>(dout), cptr<F>(xv),
+                                cptr<F>(w->value), M, IC, OC);
+        dw.commit();
+        db.commit();
       });
     });
   }
@@ -268,15 +277,19 @@ Var layernorm(const Var& x, const Var& w, const Var& b) {
       if (dout.device().is_cuda()) {
         FP8T_ON_CUDA("layernorm backward", {
           Tensor dx = grad_or_scratch(x, x->value.dtype());
-          Tensor dw = grad_or_scratch(w, DType::f32), db = grad_or_scratch(b, DType::f32);
-          cuda_ops::layernorm_backward(dx, dw, db, dout, x->value, w->value, mean, rstd);
+          GradSink dw(w, DType::f32, /*scratch=*/true), db(b, DType::f32, /*scratch=*/true);
+          cuda_ops::layernorm_backward(dx, dw.tensor(), db.tensor(), dout, x->value, w->value, mean, rstd);
+          dw.commit();
+          db.commit();
         });
         return;
       }
       on_cpu(dout.dtype(), "layernorm backward", [&]<typename F>() {
-        cpu::layernorm_backward<F>(grad_ptr<F>(x, "layernorm"), grad_ptr<F>(w, "layernorm"),
-                                   grad_ptr<F>(b, "layernorm"), cptr<F>(dout), cptr<F>(x->value),
-                                   cptr<F>(w->value), cptr<F>(mean), cptr<F>(rstd), N, C);
+        GradSink dw(w, dout.dtype()), db(b, dout.dtype());
+        cpu::layernorm_backward<F>(grad_ptr<F>(x, "layernorm"), dw.ptr<F>(), db.ptr<F>(), cptr<F>(dout),
+                                   cptr<F>(x->value), cptr<F>(w->value), cptr<F>(mean), cptr<F>(rstd), N, C);
+        dw.commit();
+        db.commit();
       });
     });
   }
@@ -531,7 +544,8 @@ Var lm_head_loss(const Var& h, const Var& w, const Tensor& targets, int64_t voca
     loss = Tensor::empty({1}, hv.dtype(), dev, MemCategory::activations);
     if (train) dh.zero_();
     on_cpu(hv.dtype(), "lm_head_loss", [&]<typename F>() {
-      F* dw = train && w->requires_grad ? grad_ptr<F>(w, "lm_head_loss") : nullptr;
+      GradSink dw_sink(train ? w : Var(), hv.dtype());
+      F* dw = dw_sink.ptr<F>();
       double sum = 0.0;
       std::vector<F> losses, logits, dlogits, dlosses;
       for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows) {
@@ -550,6 +564,7 @@ Var lm_head_loss(const Var& h, const Var& w, const Tensor& targets, int64_t voca
         cpu::matmul_backward<F>(dhc, dw, nullptr, dlogits.data(), hc, cptr<F>(wv), rows, C, Vp);
       }
       loss.data<F>()[0] = static_cast<F>(sum / double(BT));
+      dw_sink.commit();
     });
   }
   Var y = make_output(std::move(loss));

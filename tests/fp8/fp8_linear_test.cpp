@@ -8,6 +8,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -560,5 +561,36 @@ TEST_CASE("fp8: LayerNorm recompute leaves the FP8 model's gradients bit-identic
     const auto [l1, g1] = loss_and_grads(model, x, y, false);
     CHECK(l0 == l1);
     CHECK(g0 == g1);
+  }
+}
+
+TEST_CASE("fp8: a damaged FP8 state file is refused with the layer and field, never loaded", "[fp8]") {
+  GPT model(tiny_model(2), Device::cpu(), DType::f32, 1, fp8_precision());
+  model.init(1);
+  const nlohmann::json good = model.fp8_state();
+  REQUIRE_NOTHROW(model.load_fp8_state(good));
+  const std::string layer = "h.1.mlp.c_fc";
+  struct Case {
+    std::function<void(nlohmann::json&)> damage;
+    const char* words;
+  };
+  const Case cases[] = {
+      {[&](nlohmann::json& j) { j[layer]["weight"]["pos"] = 16; }, "position 16 is outside [0, 16)"},
+      {[&](nlohmann::json& j) { j[layer]["weight"]["pos"] = -1; }, "position -1 is outside"},
+      {[&](nlohmann::json& j) { j[layer]["input"]["pos"] = 2.5; }, "position 2.5 is outside"},
+      {[&](nlohmann::json& j) { j[layer]["grad_output"].erase("pos"); }, "has no 'pos'"},
+      {[&](nlohmann::json& j) { j[layer].erase("weight"); }, "has no 'weight' entry"},
+      {[&](nlohmann::json& j) { j[layer]["input"]["scale"] = 0.0; }, "is not a finite positive number"},
+      {[&](nlohmann::json& j) { j[layer]["input"]["scale"] = "big"; }, "is not a finite positive number"},
+      {[&](nlohmann::json& j) { j[layer]["input"]["amax_history"][3] = -2.0; }, "not a finite amax"},
+      {[&](nlohmann::json& j) { j[layer]["input"]["amax_history"] = 7; }, "amax history of 0 entries"},
+      {[&](nlohmann::json& j) { j[layer] = 3; }, "no entry for layer h.1.mlp.c_fc"},
+      {[&](nlohmann::json& j) { j = nlohmann::json::array(); }, "not a JSON object"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json bad = good;
+    c.damage(bad);
+    INFO(bad.dump().substr(0, 200));
+    CHECK_THROWS_WITH(model.load_fp8_state(bad), Catch::Matchers::ContainsSubstring(c.words));
   }
 }

@@ -497,7 +497,7 @@ TEST_CASE("fp8 gemm: fprop dgrad wgrad match a double GEMM on the same codes and
       Tensor tdyt = upload_codes(transpose_codes(dy.codes, M, N), {N, M}, Fp8Format::e5m2);
       Tensor txt = upload_codes(transpose_codes(x.codes, M, K), {K, M}, Fp8Format::e4m3);
       Tensor dw = upload(dw0, {N, K}, DType::f32);
-      kernels::matmul_fp8_backward_weight(dw.data<float>(), {tdyt.raw(), DType::e5m2, sdy.data<float>()},
+      kernels::matmul_fp8_backward_weight(dw.data<float>(), DType::f32, {tdyt.raw(), DType::e5m2, sdy.data<float>()},
                                           {txt.raw(), DType::e4m3, sx.data<float>()}, M, K, N, true, s);
       CHECK(rel_err(download(dw), ref) < 1e-3);
     }

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "config/config.h"
+#include "core/allocator.h"
 #include "data/shard.h"
 #include "dist/comm.h"
 #include "gpu_test_util.h"
@@ -61,6 +62,67 @@ TEST_CASE("gpu model: BF16 GPT-2 forward and backward match the FP32 CPU model",
     }
     INFO(s.name << " rel err " << std::sqrt(num / std::max(den, 1e-30)));
     CHECK(std::sqrt(num / std::max(den, 1e-30)) < 5e-2);
+  }
+}
+
+TEST_CASE("gpu model: lean FP8 state (no bf16 copy of FP8 weights, bf16 gradients) over 8 micro-batches",
+          "[gpu][model]") {
+  const ModelConfig m = small_model();
+  PrecisionConfig wide, lean;
+  wide.compute = lean.compute = ComputeMode::fp8;
+  wide.grad_dtype = GradDtype::fp32;
+  lean.grad_dtype = GradDtype::bf16;
+  Allocator& alloc = allocator_for(test::kGpu);
+  const MemoryStats s0 = alloc.stats();
+  GPT a(m, test::kGpu, DType::bf16, 1, wide);
+  const MemoryStats s1 = alloc.stats();
+  GPT b(m, test::kGpu, DType::bf16, 1, lean);
+  const MemoryStats s2 = alloc.stats();
+  // The block linears' weights (qkv, proj, fc, fc2: 12 C^2 per layer) have no bf16 copy in either model; the
+  // embeddings, LayerNorms and biases keep theirs. Gradients are bf16 in the lean model.
+  const int64_t C = m.d_model, fp8_weights = int64_t{m.n_layer} * 12 * C * C;
+  ParameterStore& P = b.params();
+  CHECK(P.compute().numel() == P.numel() - fp8_weights);
+  CHECK(P.var("h.0.attn.c_attn.weight")->value.dtype() == DType::f32);
+  CHECK(P.var("wte")->value.dtype() == DType::bf16);
+  const int64_t params_bytes = s2.cur(MemCategory::parameters) - s1.cur(MemCategory::parameters);
+  CHECK(params_bytes == s1.cur(MemCategory::parameters) - s0.cur(MemCategory::parameters));
+  CHECK(params_bytes <= P.padded_numel() * 4 + (P.numel() - fp8_weights) * 2 + 4096);
+  CHECK((s2.cur(MemCategory::gradients) - s1.cur(MemCategory::gradients)) * 2 ==
+        s1.cur(MemCategory::gradients) - s0.cur(MemCategory::gradients));
+  a.init(42);
+  b.init(42);
+  const int kMicro = 8;
+  auto accumulate = [&](GPT& model) {
+    model.params().zero_grads();
+    for (int micro = 0; micro < kMicro; ++micro) {
+      const auto tokens = test::randint(4 * 64, m.vocab_size), targets = test::randint(4 * 64, m.vocab_size);
+      Tensor x = Tensor::empty({4, 64}, DType::i32), y = Tensor::empty({4, 64}, DType::i32);
+      std::copy(tokens.begin(), tokens.end(), x.data<int32_t>());
+      std::copy(targets.begin(), targets.end(), y.data<int32_t>());
+      Tape tape;
+      Var loss;
+      {
+        TapeScope s(&tape);
+        loss = model.loss(x.to(test::kGpu), y.to(test::kGpu), false, 1.0f / kMicro);
+      }
+      tape.backward(loss, 1.0f / kMicro);
+    }
+    return model.params().grads().to_float_vector();
+  };
+  test::rng().seed(7);
+  const std::vector<float> ga = accumulate(a);
+  test::rng().seed(7);  // the same micro-batches
+  const std::vector<float> gb = accumulate(b);
+  for (const auto& s : P.specs()) {
+    double num = 0, den = 0;
+    for (int64_t i = s.offset; i < s.offset + s.numel(); ++i) {
+      num += (double(ga[i]) - gb[i]) * (double(ga[i]) - gb[i]);
+      den += double(ga[i]) * ga[i];
+    }
+    INFO(s.name << " rel err " << std::sqrt(num / std::max(den, 1e-30)));
+    CHECK(den > 0);
+    CHECK(std::sqrt(num / std::max(den, 1e-30)) < 3e-2);
   }
 }
 
