@@ -27,10 +27,13 @@ void add_train(CLI::App& app) {
     if (!opts->resume.empty()) resume = opts->resume;
     const TrainResult r = train(cfg, *comm, resume);
     if (comm->rank() != 0) return;
-    if (std::isfinite(r.first_val_loss))
-      fmt::print("fp8train: done: {} steps, first val_loss {:.4f}, last val_loss {:.4f}\n", r.steps,
-                 r.first_val_loss, r.last_val_loss);
-    else
+    if (std::isfinite(r.first_val_loss)) {
+      std::string others;  // the other validation sets, in config order
+      for (size_t i = 1; i < cfg.data.val.size(); ++i)
+        others += fmt::format(", {} {:.4f}", cfg.data.val[i].name, r.last_val_losses.at(cfg.data.val[i].name));
+      fmt::print("fp8train: done: {} steps, first val_loss {:.4f}, last val_loss {:.4f}{}\n", r.steps,
+                 r.first_val_loss, r.last_val_loss, others);
+    } else
       fmt::print("fp8train: done: {} steps, last train loss {:.4f} (no validation data)\n", r.steps,
                  r.last_train_loss);
   });

@@ -76,7 +76,7 @@ precision:
     activation_storage: bf16
     reduce_amax: false
     monitor_every: 0
-distributed: {zero_stage: 2, bucket_mb: 12.5, overlap_comm: false, timeout_s: 60}
+distributed: {zero_stage: 2, bucket_mb: 12.5, timeout_s: 60}
 )";
 
 }  // namespace
@@ -128,13 +128,13 @@ TEST_CASE("config: a full config is read and round-trips through to_yaml", "[con
   odd.optim.eps = 1.0 / 3.0 * 1e-7;
   odd.run.name = "true";
   odd.data.train = "123";
-  odd.data.val = "a: b # c";
+  odd.data.val = {{"val", "a: b # c"}};
   Config odd_back = parse_config(odd.to_yaml(), "odd.yaml");
   CHECK(odd_back.optim.lr == odd.optim.lr);
   CHECK(odd_back.optim.eps == odd.optim.eps);
   CHECK(odd_back.run.name == "true");
   CHECK(odd_back.data.train == "123");
-  CHECK(odd_back.data.val == "a: b # c");
+  CHECK(odd_back.data.val == odd.data.val);
   for (const char* section : {"run:", "model:", "data:", "train:", "optim:", "precision:", "fp8:",
                               "distributed:", "betas:", "monitor_every:", "timeout_s:"})
     CHECK_THAT(yaml, ContainsSubstring(section));
@@ -258,6 +258,89 @@ TEST_CASE("config: structural and syntax errors", "[config]") {
   CHECK_THAT(msg, ContainsSubstring("YAML syntax error"));
   msg = error_of("run:\n  name: x\ntrain:\n  micro_batch: [1, 2\n");
   CHECK_THAT(msg, ContainsSubstring("cfg.yaml, line 5:"));
+}
+
+TEST_CASE("config: data.val takes a glob - a list of globs or a map of named globs", "[config]") {
+  using fp8t::ValSet;
+  using Sets = std::vector<ValSet>;
+  CHECK(parse_config("data: {val: d/val_*.bin}\n", "x").data.val == Sets{{"val", "d/val_*.bin"}});
+  CHECK(parse_config("data: {val: \"\"}\n", "x").data.val.empty());
+  CHECK(parse_config("data:\n  val:\n", "x").data.val.empty());
+  CHECK(parse_config("data: {val: '5'}\n", "x").data.val == Sets{{"val", "5"}});  // quoted: a path
+
+  const Config list = parse_config(
+      "data:\n  val:\n    - data/medium/val_*.bin\n    - data/medium/val_sotu_*.bin\n"
+      "    - data/sotu/*.bin\n    - d/test_000001.bin\n",
+      "x");
+  CHECK(list.data.val == Sets{{"val", "data/medium/val_*.bin"},
+                              {"val_sotu", "data/medium/val_sotu_*.bin"},
+                              {"sotu", "data/sotu/*.bin"},
+                              {"test_000001", "d/test_000001.bin"}});
+
+  const Config map = parse_config(
+      "data:\n  val: {in_dist: data/medium/val_*.bin, sotu: data/medium/val_sotu_*.bin}\n", "x");
+  CHECK(map.data.val ==
+        Sets{{"in_dist", "data/medium/val_*.bin"}, {"sotu", "data/medium/val_sotu_*.bin"}});
+  // Order is the file's, not alphabetical: the first set is the one logged as val_loss.
+  CHECK(parse_config("data:\n  val:\n    zz: a/z.bin\n    aa: a/a.bin\n", "x").data.val[0].name ==
+        "zz");
+
+  CHECK(fp8t::val_set_name("data/medium/val_sotu_*.bin") == "val_sotu");
+  CHECK(fp8t::val_set_name("data/medium/sotu_val_*.bin") == "sotu_val");
+  CHECK(fp8t::val_set_name("val-[0-9].bin") == "val");
+  CHECK(fp8t::val_set_name("a/b/*") == "b");
+  CHECK(fp8t::val_set_name("*.bin").empty());
+
+  // Every form round-trips through to_yaml, including names YAML would read as other types.
+  Config odd;
+  odd.data.val = {{"null", "a: b"}, {"true", "c/*.bin"}};
+  for (const Config& c : {list, map, odd, parse_config("data: {val: d/val_*.bin}\n", "x")}) {
+    const std::string yaml = c.to_yaml();
+    INFO(yaml);
+    const Config back = parse_config(yaml, "resolved.yaml");
+    CHECK(back.data.val == c.data.val);
+    CHECK(back.to_yaml() == yaml);
+  }
+
+  // --set takes each form.
+  CHECK(parse_config("", "x", {"data.val=a/val_*.bin"}).data.val == Sets{{"val", "a/val_*.bin"}});
+  CHECK(parse_config("", "x", {"data.val=[a/val_*.bin, a/val_sotu_*.bin]"}).data.val.size() == 2);
+  CHECK(parse_config("data: {val: a/v.bin}\n", "x", {"data.val={in: a/v*.bin, out: b/v*.bin}"})
+            .data.val == Sets{{"in", "a/v*.bin"}, {"out", "b/v*.bin"}});
+  CHECK(parse_config("data: {val: a/v.bin}\n", "x", {"data.val=\"\""}).data.val.empty());
+}
+
+TEST_CASE("config: bad data.val forms name file - line and key", "[config]") {
+  std::string msg = error_of("data:\n  val: 5\n");
+  require_names(msg, 2, "data.val");
+  CHECK_THAT(msg, ContainsSubstring("expected a glob of token shards, got 5"));
+  require_names(error_of("data:\n  val: true\n"), 2, "data.val: expected a glob");
+  msg = error_of("data:\n  val:\n    in_dist: {a: x.bin}\n");
+  require_names(msg, 3, "data.val.in_dist");
+  CHECK_THAT(msg, ContainsSubstring("got a map"));
+  require_names(error_of("data:\n  val:\n    sotu:\n"), 3, "data.val.sotu: expected a glob");
+  msg = error_of("data:\n  val: {}\n");
+  require_names(msg, 2, "data.val");
+  CHECK_THAT(msg, ContainsSubstring("an empty map"));
+  require_names(error_of("data:\n  val: []\n"), 2, "data.val: an empty list");
+  msg = error_of("data:\n  val:\n    - a/val_*.bin\n    - b/val_*.bin\n");
+  require_names(msg, 4, "data.val");
+  CHECK_THAT(msg, ContainsSubstring("two validation sets are named 'val'"));
+  CHECK_THAT(msg, ContainsSubstring("map form"));
+  msg = error_of("data:\n  val:\n    a: x.bin\n    a: y.bin\n");
+  require_names(msg, 4, "data.val");
+  CHECK_THAT(msg, ContainsSubstring("named 'a'"));
+  require_names(error_of("data:\n  val:\n    - [a.bin]\n"), 3, "data.val: expected a glob");
+  require_names(error_of("data:\n  val:\n    - '*.bin'\n"), 3, "cannot name the validation set");
+  require_names(error_of("data:\n  val:\n    'bad name': x.bin\n"), 3, "data.val");
+  CHECK_THAT(error_of("", {"data.val=7"}), ContainsSubstring("--set data.val=7: data.val"));
+  require_names(error_of("data:\n  shuffle: maybe\n"), 2, "data.shuffle: expected true or false");
+}
+
+TEST_CASE("config: data.shuffle defaults to true", "[config]") {
+  CHECK(Config{}.data.shuffle);
+  CHECK_FALSE(parse_config("data: {shuffle: false}\n", "x").data.shuffle);
+  CHECK_FALSE(parse_config("", "x", {"data.shuffle=false"}).data.shuffle);
 }
 
 TEST_CASE("config: load_config names the file in every error", "[config]") {

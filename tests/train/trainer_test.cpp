@@ -1,5 +1,6 @@
-// End-to-end trainer on synthetic shards: loss falls, the run directory is complete, resume
-// reproduces an uninterrupted run bit for bit, and a failing run leaves earlier checkpoints intact.
+// End-to-end trainer on synthetic shards: loss falls, every validation set is reported, the run
+// directory is complete, resume reproduces an uninterrupted run bit for bit (shuffled, across epochs),
+// and a failing run leaves earlier checkpoints intact.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
@@ -18,25 +19,34 @@ using namespace fp8t;
 namespace fs = std::filesystem;
 
 namespace {
-// A learnable stream: a fixed random permutation cycle over 50 tokens, with rare noise.
+// A learnable stream: a fixed random permutation cycle over 50 tokens, with rare noise. The train
+// split is two shards of 23 groups of 4x16 tokens, so 60 steps of 2 micro-batches run 2.6 epochs.
+// held_* follows another permutation: a validation set the model cannot learn from the train split.
 void write_synthetic(const fs::path& dir) {
   fs::create_directories(dir);
   std::mt19937 rng(5);
   std::vector<uint16_t> perm(50);
   for (int i = 0; i < 50; ++i) perm[i] = static_cast<uint16_t>(i);
   std::shuffle(perm.begin(), perm.end(), rng);
-  for (const char* name : {"train_000000.bin", "val_000000.bin"}) {
-    std::vector<uint16_t> toks(20000);
-    for (size_t i = 0; i < toks.size(); ++i) toks[i] = rng() % 97 == 0 ? static_cast<uint16_t>(rng() % 64) : perm[i % 50];
+  std::vector<uint16_t> other = perm;
+  std::shuffle(other.begin(), other.end(), rng);
+  auto write = [&](const char* name, size_t n, const std::vector<uint16_t>& cycle) {
+    std::vector<uint16_t> toks(n);
+    for (size_t i = 0; i < toks.size(); ++i)
+      toks[i] = rng() % 97 == 0 ? static_cast<uint16_t>(rng() % 64) : cycle[i % 50];
     write_shard((dir / name).string(), toks);
-  }
+  };
+  write("train_000000.bin", 1500, perm);
+  write("train_000001.bin", 1500, perm);
+  write("val_000000.bin", 20000, perm);
+  write("held_000000.bin", 20000, other);
 }
 
 Config tiny_config(const fs::path& root, const std::string& name) {
   const std::string yaml = fmt::format(R"(
 run: {{name: {0}, out_dir: {1}/{0}, seed: 7, device: cpu}}
 model: {{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 64, seq_len: 16}}
-data: {{train: {1}/data/train_*.bin, val: {1}/data/val_*.bin}}
+data: {{train: {1}/data/train_*.bin, val: {{val: {1}/data/val_*.bin, held: {1}/data/held_*.bin}}}}
 train: {{micro_batch: 4, total_batch_tokens: 128, max_steps: 60, eval_every: 30, eval_steps: 4, checkpoint_every: 30}}
 optim: {{lr: 1.0e-2, warmup_steps: 2, schedule: cosine, weight_decay: 0.1, grad_clip: 1.0}}
 )",
@@ -61,6 +71,9 @@ TEST_CASE("train: a small GPT learns - writes its run directory and resumes exac
   CHECK(r.steps == 60);
   CHECK(r.first_val_loss > 4.0);                       // about ln(64)
   CHECK(r.last_val_loss < 0.75 * r.first_val_loss);    // learned the cycle's structure
+  REQUIRE(r.last_val_losses.size() == 2);
+  CHECK(r.last_val_losses.at("val") == r.last_val_loss);
+  CHECK(r.last_val_losses.at("held") > r.last_val_loss + 1.0);  // another cycle: not learned
 
   const fs::path run = root / "full";
   CHECK(fs::exists(run / "config.yaml"));
@@ -72,7 +85,12 @@ TEST_CASE("train: a small GPT learns - writes its run directory and resumes exac
   int steps = 0, evals = 0;
   while (std::getline(mf, line)) {
     const auto j = nlohmann::json::parse(line);
-    if (j.contains("val_loss")) ++evals;
+    if (j.contains("val_loss")) {
+      ++evals;
+      REQUIRE(j["val"].size() == 2);
+      CHECK(j["val"]["val"] == j["val_loss"]);
+      CHECK(j["val"]["held"].get<double>() != j["val_loss"].get<double>());
+    }
     if (!j.contains("loss")) continue;
     ++steps;
     for (const char* k : {"step", "tokens", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "memory"})
@@ -83,8 +101,11 @@ TEST_CASE("train: a small GPT learns - writes its run directory and resumes exac
   CHECK(steps == 60);
   CHECK(evals == 3);  // before the first step, at 30, at 60
   REQUIRE(latest_checkpoint(run) == run / "checkpoints" / "step_00000060");
+  const std::string log(slurp(run / "log.txt").data(), slurp(run / "log.txt").size());
+  CHECK_THAT(log, Catch::Matchers::ContainsSubstring("| val_loss ") && Catch::Matchers::ContainsSubstring(" | held "));
 
-  // Resume from step 30 in a fresh directory: the final weights must equal the full run's.
+  // Resume from step 30 (the shuffled loader is in its second epoch) in a fresh directory: the
+  // final weights must equal the full run's.
   const Config cfg2 = tiny_config(root, "resumed");
   fs::create_directories(root / "resumed");
   fs::copy(run / "checkpoints" / "step_00000030", root / "from30");
@@ -121,5 +142,25 @@ TEST_CASE("train: checkpoint_every -1 writes no checkpoint at all", "[train]") {
   cfg.run.out_dir = (root / "final").string();
   CHECK(train(cfg, *comm).steps == 3);
   CHECK(fs::exists(root / "final" / "checkpoints" / "step_00000003"));
+  fs::remove_all(root);
+}
+
+TEST_CASE("train: data.shuffle false keeps the file order - true shuffles from run.seed", "[train]") {
+  const fs::path root = fs::temp_directory_path() / fmt::format("fp8t_trainer_shuffle_{}", ::getpid());
+  fs::remove_all(root);
+  write_synthetic(root / "data");
+  auto comm = make_single_communicator();
+  auto first_loss = [&](bool shuffle, uint64_t seed) {
+    Config cfg = tiny_config(root, "shuffle");
+    cfg.train.max_steps = 1;
+    cfg.train.checkpoint_every = -1;
+    cfg.data.shuffle = shuffle;
+    cfg.run.seed = seed;
+    return train(cfg, *comm).last_train_loss;
+  };
+  CHECK(first_loss(false, 7) == first_loss(false, 7));
+  CHECK(first_loss(true, 7) == first_loss(true, 7));
+  CHECK(first_loss(true, 7) != first_loss(false, 7));  // same init, other batch
+  CHECK(first_loss(true, 0) != first_loss(false, 0));  // seed 0 shuffles too
   fs::remove_all(root);
 }
