@@ -8,7 +8,19 @@ namespace fp8t {
 
 namespace {
 thread_local Tape* g_tape = nullptr;
+// The progress hook of the backward running on this thread (null if none), for checkpoint's inner tape.
+thread_local const std::function<void(size_t)>* g_progress_hook = nullptr;
+
+// Writes a pending gradient, or makes one through make_grad; true when the gradient then exists.
+bool settle_or_make(GradCell& cell) {
+  settle_grad(cell);
+  if (!cell.grad.defined() && cell.make_grad) {
+    cell.grad = cell.make_grad();
+    FP8T_CHECK(cell.grad.defined(), "make_grad returned no gradient");
+  }
+  return cell.grad.defined();
 }
+}  // namespace
 
 void settle_grad(GradCell& cell) {
   if (!cell.pending.defined()) return;
@@ -18,20 +30,14 @@ void settle_grad(GradCell& cell) {
   cell.grad = p.materialize(p.operand, p.input());
 }
 
-bool grad_exists(const GradRef& g) {
-  settle_grad(*g.cell);
-  return g.cell->grad.defined();
-}
+bool grad_exists(const GradRef& g) { return settle_or_make(*g.cell); }
 
-bool grad_exists(const Var& v) {
-  settle_grad(*v->grad_cell);
-  return v->grad.defined();
-}
+bool grad_exists(const Var& v) { return settle_or_make(*v->grad_cell); }
 
 Tensor& grad_of(const Var& v) {
-  // Intermediates get gradients in their own dtype; leaves are bound to the (f32) flat gradient buffer.
-  settle_grad(*v->grad_cell);
-  if (!v->grad.defined()) {
+  // Intermediates get gradients in their own dtype; parameters are views of the flat gradient buffer or
+  // of a staging bucket (make_grad).
+  if (!settle_or_make(*v->grad_cell)) {
     const Tensor& value = value_of(v);
     v->grad = zeros_like(value, value.dtype());
   }
@@ -53,9 +59,8 @@ void release_for_recompute(const Var& v, std::function<Tensor()> fn) {
 }
 
 Tensor& grad_of(const GradRef& g) {
-  settle_grad(*g.cell);
   Tensor& grad = g.cell->grad;
-  if (!grad.defined()) grad = Tensor::zeros(g.shape, g.dtype, g.device, MemCategory::activations);
+  if (!settle_or_make(*g.cell)) grad = Tensor::zeros(g.shape, g.dtype, g.device, MemCategory::activations);
   return grad;
 }
 
@@ -70,6 +75,13 @@ void Tape::record(const char* name, std::function<void()> backward) {
 }
 
 void Tape::run_backward() {
+  struct HookScope {  // the hook of the innermost running backward that has one
+    const std::function<void(size_t)>* prev = g_progress_hook;
+    explicit HookScope(const std::function<void(size_t)>& hook) {
+      if (hook) g_progress_hook = &hook;
+    }
+    ~HookScope() { g_progress_hook = prev; }
+  } scope(hook_);
   while (!nodes_.empty()) {
     {
       Node node = std::move(nodes_.back());
@@ -99,8 +111,10 @@ Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& input) {
   if (!needs_grad(input)) return out;
   out->requires_grad = true;
   current_tape()->record("checkpoint", [fn, input, out] {
-    // Recompute with recording on; the detached input gathers the gradient w.r.t. the block input.
+    // Recompute with recording on; the detached input gathers the gradient w.r.t. the block input. The
+    // outer backward's progress hook follows the inner nodes too (parameter gradients complete there).
     Tape inner;
+    if (g_progress_hook) inner.set_progress_hook(*g_progress_hook);
     Var x = make_var(input->value, true);
     Var y;
     {

@@ -25,7 +25,8 @@ class Tape {
   void clear() { nodes_.clear(); }
   size_t size() const { return nodes_.size(); }
   // Called after each node has run and been released, with the number of nodes still to run
-  // (the trainer uses it to start reducing gradients that are complete, ZeRO stage 2).
+  // (the trainer uses it to start reducing gradients that are complete, ZeRO stage 2). A checkpoint
+  // node's inner backward calls it too, after each inner node (with the inner tape's count).
   void set_progress_hook(std::function<void(size_t nodes_left)> hook) { hook_ = std::move(hook); }
   // An op that computed gradients during the forward pass for an assumed loss-gradient seed (the
   // chunked lm_head loss) registers it; backward() then refuses any other seed.

@@ -26,6 +26,10 @@ struct GradCell {
   Tensor grad;               // allocated on first accumulation, or a view of the flat gradient buffer
   PendingGrad pending;       // a gradient kept unwritten (grad is then undefined)
   bool takes_pending = false;  // set by the Var's producer in forward: its backward consumes `pending`
+  // Where set, supplies `grad` (zero-filled) when it is first needed instead of a fresh tensor: a
+  // parameter whose gradient lives in a staging bucket allocated on demand (ZeRO-2, dist/zero.h).
+  // Such a gradient counts as existing (grad_exists), so ops accumulate into it and never assign one.
+  std::function<Tensor()> make_grad;
 };
 
 struct VarImpl {
@@ -60,15 +64,15 @@ inline Var make_var(Tensor value, bool requires_grad = false, std::string name =
   return v;
 }
 
-// The gradient buffer of v, zero-filled on first use (category activations for intermediates); a pending
-// gradient is written first.
+// The gradient buffer of v, zero-filled on first use (category activations for intermediates, or what
+// the cell's make_grad supplies); a pending gradient is written first.
 Tensor& grad_of(const Var& v);
 Tensor& grad_of(const GradRef& g);
 
 // Writes a pending gradient into cell.grad (which must be undefined then); a no-op when none is pending.
 void settle_grad(GradCell& cell);
-// Whether the gradient exists, a pending one written first: an op that can write a new gradient
-// instead of accumulating into a zero-filled one asks this.
+// Whether the gradient exists, a pending one written first (and one with make_grad made): an op that can
+// write a new gradient instead of accumulating into a zero-filled one asks this.
 bool grad_exists(const GradRef& g);
 bool grad_exists(const Var& v);
 

@@ -19,7 +19,7 @@ void add_plan(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("plan", "measure memory per category and the largest micro-batch that fits");
   cmd->add_option("--config,-c", o->config, "YAML run config")->required();
   cmd->add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
-  cmd->add_option("--world", o->world, "data-parallel ranks to plan for (ZeRO shards the optimizer over them)");
+  cmd->add_option("--world", o->world, "data-parallel ranks to plan for (ZeRO shards the optimizer state over them, at stage 2 the gradients too)");
   cmd->callback([o] {
     const Config cfg = load_config(o->config, o->sets);
     const MemoryPlan p = plan_memory(cfg, o->world);

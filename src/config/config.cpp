@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "config/config_schema.h"
+#include "config/val_sets.h"
 #include "config/yaml_util.h"
 #include "core/check.h"
 
@@ -27,7 +28,16 @@ using yaml_util::fail;
 using yaml_util::Origin;
 using namespace config_schema;
 
+// Keys older configs may still set, with what to do instead.
+constexpr std::pair<std::string_view, std::string_view> kRemovedKeys[] = {
+    {"distributed.overlap_comm",
+     "removed key: ZeRO stage 2 always overlaps its reductions with the backward and stages 0 and 1 reduce after "
+     "it; delete this line"},
+};
+
 [[noreturn]] void unknown_key(const Origin& origin, std::string path) {
+  for (const auto& [key, what] : kRemovedKeys)
+    if (path == key) fail(origin, path, std::string(what));
   // Blame the first component that is not a section: 'nosuch' in --set nosuch.key=1.
   for (size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', dot + 1)) {
     std::string prefix = path.substr(0, dot);
@@ -190,6 +200,10 @@ class Reader {
     }
   }
 
+  void operator()(std::string_view key, std::vector<ValSet>& out) {
+    if (const Entry* e = find(key)) out = read_val_sets(key, e->value, e->origin);
+  }
+
   void pair(std::string_view key, double& a, double& b, Range range) {
     const Entry* e = find(key);
     if (!e) return;
@@ -300,6 +314,10 @@ class Writer {
   void operator()(std::string_view key, const std::vector<std::string>& v, Choices) {
     nested_.key(key);
     out_ << YAML::Flow << v;
+  }
+  void operator()(std::string_view key, const std::vector<ValSet>& v) {
+    nested_.key(key);
+    write_val_sets(out_, v);
   }
   void pair(std::string_view key, const double& a, const double& b, Range) {
     nested_.key(key);

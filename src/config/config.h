@@ -28,10 +28,30 @@ struct ModelConfig {
   int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
 };
 
+// One validation set: every evaluation reports its loss under `name`.
+struct ValSet {
+  std::string name;  // letters, digits, '_', '-', '.'; unique within data.val
+  std::string glob;  // llm.c-format token shards
+  bool operator==(const ValSet&) const = default;
+};
+
 struct DataConfig {
   std::string train;  // glob of llm.c-format token shards, e.g. data/brown/train_*.bin
-  std::string val;    // glob of validation shards (may be empty: no evaluation)
+  // Validation sets, evaluated in order; the first is the one logged as val_loss. YAML forms:
+  // "" (none), one glob (named "val"), a list of globs (each named after its glob, see
+  // val_set_name()), or a map name -> glob, e.g. {val: d/val_*.bin, sotu: d/sotu_val_*.bin}.
+  std::vector<ValSet> val;
+  // Shuffle the training stream from run.seed: shard order and the order of B*T windows within
+  // each shard, afresh each epoch. false = file order, every epoch the same. Evaluation is never
+  // shuffled, so every evaluation sees the same tokens.
+  bool shuffle = true;
 };
+
+// The name data.val's list form gives a glob: its file name cut at the first wildcard (* ? [)
+// or else at the last '.', with trailing '_', '-', '.' dropped; when that leaves nothing, the
+// parent directory's name. data/medium/sotu_val_*.bin -> sotu_val, d/val_*.bin -> val,
+// d/val_000000.bin -> val_000000, data/sotu/*.bin -> sotu. "" when no name can be derived.
+std::string val_set_name(const std::string& glob);
 
 // What the forward pass keeps for backward: none = everything ops save; layernorm = LayerNorm outputs
 // are released after their consumers ran and recomputed in backward (a LayerNorm forward per
@@ -52,6 +72,13 @@ struct TrainConfig {
 
 enum class Schedule { cosine, linear, constant };
 
+// How AdamW stores its moments m and v (the update itself always runs in f32): fp32 = both f32
+// (8 bytes per parameter); bf16 = both bf16 (4 bytes); fp8 = m as E4M3 codes with one f32 scale per
+// 128 consecutive elements of the optimizer's range, v bf16 (3 bytes + 4/128). Moments stored in bf16
+// round stochastically from a hash of (step, element index), the same bits on every backend; E4M3
+// codes round to nearest even.
+enum class StateDtype { fp32, bf16, fp8 };
+
 struct OptimConfig {
   double lr = 6e-4;            // peak learning rate
   double min_lr_ratio = 0.1;   // final lr = lr * min_lr_ratio
@@ -62,6 +89,7 @@ struct OptimConfig {
   double eps = 1e-8;
   double weight_decay = 0.1;   // not applied to biases, LayerNorm parameters
   double grad_clip = 1.0;      // global-norm clip; 0 disables
+  StateDtype state_dtype = StateDtype::fp32;  // storage of the moments: fp32 | bf16 | fp8
 };
 
 enum class ComputeMode { fp32, bf16, fp8 };
@@ -86,15 +114,24 @@ struct Fp8Config {
   int monitor_every = 100;          // FP8-vs-master weight error in metrics every N steps; 0 = never
 };
 
+// The dtype of the flat gradient buffer: auto = bf16 with compute fp8, else fp32. With bf16 every
+// op adds its contribution to a parameter's gradient in f32 and rounds the sum to bf16 once (the
+// GEMMs write bf16 with beta = 1, as llm.c does), so accumulation over micro-batches rounds once per
+// micro-batch; the norm, clipping, AdamW and the ZeRO reductions read bf16.
+enum class GradDtype { auto_, fp32, bf16 };
+
 struct PrecisionConfig {
   ComputeMode compute = ComputeMode::fp32;
+  GradDtype grad_dtype = GradDtype::auto_;
   Fp8Config fp8;
+  bool bf16_grads() const {
+    return grad_dtype == GradDtype::bf16 || (grad_dtype == GradDtype::auto_ && compute == ComputeMode::fp8);
+  }
 };
 
 struct DistributedConfig {
   int zero_stage = 0;        // 0, 1 or 2
-  double bucket_mb = 25;     // gradient bucket size for reduction
-  bool overlap_comm = true;  // reserved: today stage 2 always overlaps and stages 0/1 reduce after backward
+  double bucket_mb = 25;     // gradient bucket size for reduction (MiB of f32); stage 2 stages whole parameters in it
   double timeout_s = 300;    // a collective that takes longer ends every rank with a message
 };
 

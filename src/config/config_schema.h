@@ -22,6 +22,8 @@ namespace fp8t::config_schema {
 inline constexpr std::array<std::string_view, 3> kRecomputeNames{"none", "block", "layernorm"};
 inline constexpr std::array<std::string_view, 3> kScheduleNames{"cosine", "linear", "constant"};
 inline constexpr std::array<std::string_view, 3> kComputeNames{"fp32", "bf16", "fp8"};
+inline constexpr std::array<std::string_view, 3> kStateDtypeNames{"fp32", "bf16", "fp8"};
+inline constexpr std::array<std::string_view, 3> kGradDtypeNames{"auto", "fp32", "bf16"};
 inline constexpr std::array<std::string_view, 2> kRecipeNames{"hybrid", "e4m3"};
 inline constexpr std::array<std::string_view, 2> kScalingNames{"delayed", "current"};
 inline constexpr std::array<std::string_view, 2> kAmaxNames{"max", "most_recent"};
@@ -34,6 +36,8 @@ using Choices = std::span<const std::string_view>;
 inline Choices names_of(Recompute) { return kRecomputeNames; }
 inline Choices names_of(Schedule) { return kScheduleNames; }
 inline Choices names_of(ComputeMode) { return kComputeNames; }
+inline Choices names_of(StateDtype) { return kStateDtypeNames; }
+inline Choices names_of(GradDtype) { return kGradDtypeNames; }
 inline Choices names_of(Fp8Recipe) { return kRecipeNames; }
 inline Choices names_of(Fp8Scaling) { return kScalingNames; }
 inline Choices names_of(AmaxAlgo) { return kAmaxNames; }
@@ -82,6 +86,7 @@ void visit_fields(C& c, V& v) {
   v("model.seq_len", m.seq_len, at_least(1));
   v("data.train", c.data.train);
   v("data.val", c.data.val);
+  v("data.shuffle", c.data.shuffle);
   auto& t = c.train;
   v("train.micro_batch", t.micro_batch, at_least(1));
   v("train.total_batch_tokens", t.total_batch_tokens, at_least(0));
@@ -100,8 +105,10 @@ void visit_fields(C& c, V& v) {
   v("optim.eps", o.eps, above(0));
   v("optim.weight_decay", o.weight_decay, at_least(0));
   v("optim.grad_clip", o.grad_clip, at_least(0));
+  v("optim.state_dtype", o.state_dtype);
   auto& f = c.precision.fp8;
   v("precision.compute", c.precision.compute);
+  v("precision.grad_dtype", c.precision.grad_dtype);
   v("precision.fp8.format", f.format);
   v("precision.fp8.scaling", f.scaling);
   v("precision.fp8.amax_history_len", f.amax_history_len, at_least(1));
@@ -116,7 +123,6 @@ void visit_fields(C& c, V& v) {
   auto& d = c.distributed;
   v("distributed.zero_stage", d.zero_stage, between(0, 2));
   v("distributed.bucket_mb", d.bucket_mb, above(0));
-  v("distributed.overlap_comm", d.overlap_comm);
   v("distributed.timeout_s", d.timeout_s, above(0));
 }
 

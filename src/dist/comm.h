@@ -1,6 +1,7 @@
 // Communicator: the collectives the trainer needs, behind one interface (NCCL on GPU, MPI on CPU,
 // or a single process). All operate in place on f32 tensors of the communicator's device.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -37,6 +38,12 @@ class Communicator {
   // may return before completing where the backend is asynchronous (NCCL's reduce); the others
   // complete (or are stream-ordered) on return.
   virtual void synchronize() {}
+  // The collectives issued so far, as a count. wait(ticket) orders later compute-stream work after
+  // collective number `ticket` and every one before it, not after those issued since (synchronize()
+  // waits for all): ZeRO-2 retires an old bucket's reduction while newer ones still run. No-ops
+  // where collectives complete or are stream-ordered on return.
+  virtual uint64_t ticket() { return 0; }
+  virtual void wait(uint64_t ticket) { (void)ticket; }
 };
 
 // A communicator of one rank: every collective is the identity (copies where in != out).

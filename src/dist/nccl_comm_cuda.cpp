@@ -129,6 +129,20 @@ class NcclCommunicator final : public Communicator {
     CUDA_CHECK(cudaStreamWaitEvent(kernels::compute_stream(), ready_, 0));
   }
 
+  uint64_t ticket() override { return issued_; }
+
+  // Collectives complete in issue order on the one communication stream, so waiting for number
+  // `ticket` covers those before it. One the watchdog already dropped has completed.
+  void wait(uint64_t ticket) override {
+    FP8T_CHECK(ticket <= issued_, "nccl wait: ticket {} but only {} collectives were issued", ticket, issued_);
+    std::lock_guard lock(mu_);
+    for (const Pending& p : pending_)
+      if (p.seq == ticket) {
+        CUDA_CHECK(cudaStreamWaitEvent(kernels::compute_stream(), p.done, 0));
+        return;
+      }
+  }
+
  private:
   // Runs `call` on the communication stream after the compute stream's work so far; with
   // `ordered`, later compute-stream work waits for it. The watchdog follows its completion.
@@ -142,7 +156,7 @@ class NcclCommunicator final : public Communicator {
     CUDA_CHECK(cudaEventRecord(done, stream_));
     if (ordered) CUDA_CHECK(cudaStreamWaitEvent(compute, done, 0));
     std::lock_guard lock(mu_);
-    pending_.push_back({op, std::move(done), Clock::now()});
+    pending_.push_back({op, std::move(done), Clock::now(), ++issued_});
     cv_.notify_all();
   }
 
@@ -176,6 +190,7 @@ class NcclCommunicator final : public Communicator {
     const char* op;
     CudaEvent done;
     Clock::time_point issued;
+    uint64_t seq;  // its ticket
   };
 
   int rank_, size_, device_;
@@ -186,7 +201,8 @@ class NcclCommunicator final : public Communicator {
   Tensor token_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Pending> pending_;
+  std::deque<Pending> pending_;  // issued and not yet seen complete by the watchdog
+  uint64_t issued_ = 0;          // collectives issued (written under mu_, read by the issuing thread)
   bool stop_ = false;
   std::thread watchdog_;
 };

@@ -1,14 +1,20 @@
-// ZeRO stages 0-2: gradient reduction over ranks and sharded optimizer checkpoints.
+// ZeRO stages 0-2: gradient reduction over ranks. Stage 0 all-reduces the whole gradient buffer
+// after the last backward; stage 1 reduce-scatters it, each rank keeping its shard.
 //
-// Stage 2 and memory. Every parameter's gradient is a view of one flat buffer (ParameterStore),
-// and micro-batches before the last accumulate into all of it, so the flat buffer stays allocated
-// at full size. What stage 2 changes: during the last backward each bucket is reduced to the rank
-// that owns it as soon as its gradients are complete, overlapping communication with the rest of
-// the backward (on NCCL's communication stream); afterwards only this rank's shard holds summed
-// values, and the rest of the buffer (this rank's own partial sums) is never read again. Freeing
-// that rest would need per-bucket gradient buffers and a reduction after every micro-batch, which
-// this trainer does not do; so stage 2 saves no gradient memory here, only optimizer memory (as
-// stage 1) and communication time.
+// Stage 2 (several ranks) keeps no full gradient buffer: the store allocates only this rank's shard,
+// and parameters get their gradients from staging buckets (contiguous runs of whole parameters, in
+// descending offsets) allocated when a gradient is first written. In every micro-batch's backward a
+// bucket is launched as soon as its parameters are complete: each piece of it inside one rank's shard
+// is reduced to that rank (on NCCL's communication stream, overlapping the rest of the backward); the
+// bucket is retired later, once kMaxInFlight newer ones are in flight or at reduce(): the compute
+// stream waits for that reduction, the owner adds it into its shard, and the staging buffer returns to
+// the pool only then, so no later kernel can reuse memory that NCCL still reads. Staging therefore
+// holds at most kMaxInFlight buckets in flight plus those still accumulating: wte's (the head writes
+// it in the forward, the embedding at the end of the backward) and the one or two a tape node writes
+// (with train.recompute: block too, as a checkpoint node's inner backward reports its progress). wte's
+// bucket is as large as wte: a parameter's gradient is one view, never split across buckets.
+// The cost: every micro-batch reduces the whole gradient, where stages 0 and 1 reduce once per step.
+// With one rank stage 2 is stage 0 (whole buffer, nothing to reduce).
 #include "dist/zero.h"
 
 #include <unistd.h>
@@ -16,14 +22,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <thread>
 
-#include "train/checkpoint.h"
+#include "autograd/tape.h"
+#include "ops/ops.h"
 
 namespace fp8t {
 
-namespace fs = std::filesystem;
+GradShard gradient_shard(const DistributedConfig& cfg, int rank, int world) {
+  if (cfg.zero_stage != 2 || world == 1) return {};
+  return {rank, world};
+}
 
 GradientReducer::GradientReducer(const DistributedConfig& cfg, Communicator& comm, ParameterStore& store)
     : cfg_(cfg), comm_(comm), store_(store) {
@@ -37,63 +46,156 @@ GradientReducer::GradientReducer(const DistributedConfig& cfg, Communicator& com
   begin_ = cfg.zero_stage >= 1 ? comm.rank() * shard : 0;
   end_ = cfg.zero_stage >= 1 ? begin_ + shard : padded;
   bucket_elems_ = std::max<int64_t>(1, static_cast<int64_t>(cfg.bucket_mb * (1 << 20) / sizeof(float)));
-  if (cfg.zero_stage != 2) return;
+  staged_ = cfg.zero_stage == 2 && world > 1;
+  const bool shard_only = store.grads_sharded();
+  FP8T_CHECK(shard_only == staged_ && (!staged_ || (store.grads_begin() == begin_ && store.grads().numel() == shard)),
+             "GradientReducer: ZeRO stage {} on {} rank(s) needs a ParameterStore holding {} (make it with "
+             "gradient_shard())",
+             cfg.zero_stage, world, staged_ ? "only this rank's gradient shard" : "the whole gradient buffer");
+  if (!staged_) return;
 
-  // Buckets from the end of the buffer down (the order gradients complete in: later layers
-  // first), cut at shard boundaries so that each has a single owner.
+  // Buckets of whole parameters from the end of the buffer down (the order gradients complete in:
+  // later layers first), each up to bucket_elems_ unless one parameter alone is larger.
   const auto& specs = store.specs();
-  for (int64_t r = world - 1; r >= 0; --r) {
-    for (int64_t e = (r + 1) * shard; e > r * shard;) {
-      const int64_t b = std::max(r * shard, e - bucket_elems_);
-      size_t first = specs.size();
-      for (size_t i = 0; i < specs.size(); ++i)
-        if (specs[i].offset + specs[i].numel() > b) {
-          first = i;
-          break;
-        }
-      buckets_.push_back({b, e, static_cast<int>(r), first});
-      e = b;
-    }
+  bucket_of_param_.resize(specs.size());
+  for (size_t e = specs.size(); e > 0;) {
+    size_t s = e - 1;
+    int64_t elems = specs[s].numel();
+    while (s > 0 && elems + specs[s - 1].numel() <= bucket_elems_) elems += specs[--s].numel();
+    Bucket b{specs[s].offset, specs[e - 1].offset + specs[e - 1].numel(), s, e, {}, {}};
+    for (int64_t r = b.begin / shard; r * shard < b.end; ++r)
+      b.pieces.push_back({std::max(b.begin, r * shard), std::min(b.end, (r + 1) * shard), static_cast<int>(r)});
+    for (size_t i = s; i < e; ++i) bucket_of_param_[i] = buckets_.size();
+    buckets_.push_back(std::move(b));
+    e = s;
+  }
+  for (size_t i = 0; i < specs.size(); ++i) store.var(i)->grad_cell->make_grad = [this, i] { return stage(i); };
+}
+
+GradientReducer::~GradientReducer() {
+  for (size_t i = 0; staged_ && i < store_.specs().size(); ++i) store_.var(i)->grad_cell->make_grad = nullptr;
+  if (in_flight_.empty()) return;
+  try {  // left by an exception: the staging buffers must outlive the reductions that read them
+    comm_.synchronize();
+  } catch (...) {
   }
 }
 
-void GradientReducer::before_forward() {
-  if (cfg_.zero_stage != 2) return;
+size_t GradientReducer::bucket_of(const std::string& param) const {
+  FP8T_CHECK(staged_, "GradientReducer::bucket_of: no buckets (stage {}, {} rank(s))", cfg_.zero_stage, comm_.size());
+  const auto& specs = store_.specs();
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].name == param) return bucket_of_param_[i];
+  FP8T_FAIL("no parameter named '{}'", param);
+}
+
+int64_t GradientReducer::bucket_bytes(size_t b) const {
+  const Bucket& k = buckets_.at(b);
+  return (k.end - k.begin) * static_cast<int64_t>(dtype_size(store_.grad_dtype()));
+}
+
+int64_t GradientReducer::max_bucket_bytes() const {
+  int64_t m = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) m = std::max(m, bucket_bytes(b));
+  return m;
+}
+
+void GradientReducer::begin_micro() {
+  if (!staged_) return;
+  FP8T_CHECK(!armed_, "GradientReducer: begin_micro() again before end_micro()");
   const size_t n = store_.specs().size();
-  base_refs_.resize(n);
-  for (size_t i = 0; i < n; ++i) base_refs_[i] = store_.var(i).use_count();
+  base_uses_.resize(n);
+  base_cell_uses_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    base_uses_[i] = store_.var(i).use_count();
+    base_cell_uses_[i] = store_.var(i)->grad_cell.use_count();
+  }
+  touched_.assign(n, false);
   next_bucket_ = 0;
-  ready_from_ = n;
   armed_ = true;
 }
 
 std::function<void(size_t)> GradientReducer::backward_hook() {
-  if (cfg_.zero_stage != 2) return {};
-  FP8T_CHECK(armed_, "GradientReducer: before_forward() must precede backward_hook()");
-  // A parameter is tracked if the tape references it now. With activation recompute a block's
-  // parameters are referenced only inside its checkpoint node, so they are not tracked and their
-  // buckets are reduced after the backward instead (correct, without overlap).
-  const size_t n = store_.specs().size();
-  seen_.assign(n, false);
-  for (size_t i = 0; i < n; ++i) seen_[i] = store_.var(i).use_count() > base_refs_[i];
+  if (!staged_) return {};
+  FP8T_CHECK(armed_, "GradientReducer: begin_micro() must precede the forward pass and backward_hook()");
   return [this](size_t) { on_backward_progress(); };
 }
 
-// A gradient is complete once no tape node that could add to it is left: the nodes hold the
-// parameter's Var, so its use count is back where it was before the forward.
+// make_grad of parameter i: a view of its bucket's staging buffer, allocated (zeroed) on first use.
+Tensor GradientReducer::stage(size_t i) {
+  const ParamSpec& s = store_.specs()[i];
+  FP8T_CHECK(armed_, "the gradient of {} is needed outside a micro-batch: at ZeRO stage 2 call "
+             "GradientReducer::begin_micro() before the forward pass", s.name);
+  touched_[i] = true;
+  const size_t b = bucket_of_param_[i];
+  Bucket& k = buckets_[b];
+  if (!k.staging.defined()) {
+    // One staging buffer per bucket: a reduction of it still in flight (an earlier micro-batch's) is
+    // retired first.
+    while (std::any_of(in_flight_.begin(), in_flight_.end(), [&](const InFlight& f) { return f.bucket == b; }))
+      retire_oldest();
+    k.staging = Tensor::zeros({k.end - k.begin}, store_.grad_dtype(), store_.device(), MemCategory::gradients);
+  }
+  return k.staging.slice_flat(s.offset - k.begin, s.shape);
+}
+
+// A gradient is complete once it was written and no tape node that could add to it is left: such a
+// node holds the parameter's Var or its GradCell, so both use counts are back at rest. (With
+// train.recompute: block a checkpoint node fetches its block's parameters when it runs; they are
+// complete once its inner nodes holding them ran.)
 bool GradientReducer::param_complete(size_t i) const {
-  return seen_[i] && store_.var(i).use_count() == base_refs_[i];
+  const Var& v = store_.var(i);
+  return touched_[i] && v.use_count() == base_uses_[i] && v->grad_cell.use_count() == base_cell_uses_[i];
 }
 
+bool GradientReducer::bucket_complete(const Bucket& b) const {
+  for (size_t i = b.first_param; i < b.end_param; ++i)
+    if (!param_complete(i)) return false;
+  return true;
+}
+
+// Buckets launch in one fixed order on every rank (collectives must match), each once complete.
 void GradientReducer::on_backward_progress() {
-  while (ready_from_ > 0 && param_complete(ready_from_ - 1)) --ready_from_;
-  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].first_param >= ready_from_)
-    launch(buckets_[next_bucket_++]);
+  while (next_bucket_ < buckets_.size() && bucket_complete(buckets_[next_bucket_])) launch(next_bucket_++);
 }
 
-void GradientReducer::launch(const Bucket& b) {
-  Tensor view = store_.grads().slice_flat(b.begin, {b.end - b.begin});
-  comm_.reduce(view, ReduceOp::sum, b.owner);
+void GradientReducer::launch(size_t b) {
+  Bucket& k = buckets_[b];
+  // A bucket nobody wrote this micro-batch is reduced as zeros: every rank issues the same collectives.
+  if (!k.staging.defined())
+    k.staging = Tensor::zeros({k.end - k.begin}, store_.grad_dtype(), store_.device(), MemCategory::gradients);
+  for (const Piece& p : k.pieces) {
+    Tensor piece = k.staging.slice_flat(p.begin - k.begin, {p.end - p.begin});
+    comm_.reduce(piece, ReduceOp::sum, p.owner);
+  }
+  for (size_t i = k.first_param; i < k.end_param; ++i) store_.var(i)->grad = Tensor();  // a later write restages
+  in_flight_.push_back({b, std::move(k.staging), comm_.ticket()});
+  k.staging = Tensor();
+  while (in_flight_.size() > kMaxInFlight) retire_oldest();
+}
+
+void GradientReducer::retire_oldest() {
+  InFlight f = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  comm_.wait(f.ticket);
+  const Bucket& k = buckets_[f.bucket];
+  Tensor& shard = store_.grads();
+  for (const Piece& p : k.pieces) {
+    if (p.owner != comm_.rank()) continue;
+    Tensor dst = shard.slice_flat(p.begin - store_.grads_begin(), {p.end - p.begin});
+    add_(dst, f.staging.slice_flat(p.begin - k.begin, {p.end - p.begin}));
+  }
+  // f.staging is freed here; whatever reuses its memory runs on the compute stream after the wait.
+}
+
+void GradientReducer::end_micro() {
+  if (!staged_) return;
+  FP8T_CHECK(armed_, "GradientReducer: end_micro() without begin_micro()");
+  while (next_bucket_ < buckets_.size()) launch(next_bucket_++);
+  // Written again after their launch (not seen in GPT; correct regardless): reduced once more.
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (buckets_[b].staging.defined()) launch(b);
+  armed_ = false;  // what is in flight overlaps the next forward
 }
 
 double GradientReducer::reduce() {
@@ -112,12 +214,11 @@ double GradientReducer::reduce() {
     Tensor mine = grads.slice_flat(begin_, {end_ - begin_});
     comm_.reduce_scatter(grads, mine, ReduceOp::sum);
   } else {
-    FP8T_CHECK(armed_, "GradientReducer: ZeRO stage 2 needs before_forward() before the last micro-batch");
-    while (next_bucket_ < buckets_.size()) launch(buckets_[next_bucket_++]);
-    comm_.synchronize();
-    armed_ = false;
+    FP8T_CHECK(!armed_, "GradientReducer: reduce() before end_micro() of the last micro-batch");
+    while (!in_flight_.empty()) retire_oldest();
   }
-  Tensor sq = Tensor::from_vector({static_cast<float>(sum_squares(grads, begin_, end_))}, {1});
+  const int64_t off = store_.grads_begin();
+  Tensor sq = Tensor::from_vector({static_cast<float>(sum_squares(grads, begin_ - off, end_ - off))}, {1});
   if (!store_.device().is_cpu()) sq = sq.to(store_.device(), MemCategory::comm);
   comm_.all_reduce(sq, ReduceOp::sum);
   return sq.to_float_vector()[0];
@@ -135,45 +236,6 @@ void GradientReducer::inject_test_fault() {
   if (at("FP8T_TEST_DIE_AT_STEP")) _exit(1);
   if (at("FP8T_TEST_HANG_AT_STEP"))
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
-}
-
-void save_optimizer_state(const fs::path& dir, const Communicator& comm, int zero_stage, AdamW& opt) {
-  if (zero_stage == 0 && comm.rank() != 0) return;  // identical on every rank
-  write_tensor_file(dir / fmt::format("optim_rank{}.bin", comm.rank()), opt.m());
-  write_tensor_file(dir / fmt::format("optim_v_rank{}.bin", comm.rank()), opt.v());
-}
-
-namespace {
-// Fills dst (elements [begin, end) of the logical vector stored as `files` in rank order) from
-// the files; elements past their end (padding of a smaller world) are zero.
-void read_logical_range(const std::vector<fs::path>& files, int64_t begin, int64_t end, Tensor& dst) {
-  std::vector<float> host(static_cast<size_t>(end - begin), 0.0f);
-  int64_t file_begin = 0;
-  for (const fs::path& f : files) {
-    FP8T_CHECK(fs::exists(f), "checkpoint is missing {}", f.string());
-    const int64_t n = static_cast<int64_t>(fs::file_size(f) / sizeof(float));
-    const int64_t b = std::max(begin, file_begin), e = std::min(end, file_begin + n);
-    if (b < e) {
-      std::ifstream in(f, std::ios::binary);
-      in.seekg(static_cast<std::streamoff>((b - file_begin) * sizeof(float)));
-      in.read(reinterpret_cast<char*>(host.data() + (b - begin)), static_cast<std::streamsize>((e - b) * sizeof(float)));
-      FP8T_CHECK(in.good(), "could not read {} elements at {} of {}", e - b, b - file_begin, f.string());
-    }
-    file_begin += n;
-  }
-  dst.copy_from(Tensor::from_vector(host, {end - begin}));
-}
-}  // namespace
-
-void load_optimizer_state(const fs::path& dir, int ckpt_world, int ckpt_zero_stage, AdamW& opt) {
-  const int files = ckpt_zero_stage == 0 ? 1 : ckpt_world;
-  std::vector<fs::path> m_files, v_files;
-  for (int r = 0; r < files; ++r) {
-    m_files.push_back(dir / fmt::format("optim_rank{}.bin", r));
-    v_files.push_back(dir / fmt::format("optim_v_rank{}.bin", r));
-  }
-  read_logical_range(m_files, opt.begin(), opt.end(), opt.m());
-  read_logical_range(v_files, opt.begin(), opt.end(), opt.v());
 }
 
 }  // namespace fp8t

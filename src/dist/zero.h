@@ -1,10 +1,12 @@
 // ZeRO for the trainer: which shard of the flat buffers this rank's optimizer owns, how gradients
-// are summed over ranks (stage 0 all-reduce, 1 reduce-scatter, 2 per-bucket reduce during the last
-// backward), and the optimizer-shard part of checkpoints.
+// are summed over ranks (stage 0 all-reduce, 1 reduce-scatter, 2 per-bucket reduction during every
+// backward into a gradient shard), and the optimizer-shard part of checkpoints.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "config/config.h"
@@ -14,33 +16,69 @@
 
 namespace fp8t {
 
+// The gradients a rank's ParameterStore allocates: at ZeRO stage 2 with several ranks only its shard
+// (GradientReducer stages the rest bucket by bucket), else the whole buffer.
+GradShard gradient_shard(const DistributedConfig& cfg, int rank, int world);
+
 class GradientReducer {
  public:
+  // Stage 2: at most this many buckets' reductions in flight; launching one more first retires the
+  // oldest (waits for it, adds it into the shard, frees its staging buffer).
+  static constexpr size_t kMaxInFlight = 2;
+
+  // At stage 2 with several ranks the store must hold only this rank's gradient shard
+  // (gradient_shard()); the reducer then supplies the parameters' gradients (GradCell::make_grad).
   GradientReducer(const DistributedConfig& cfg, Communicator& comm, ParameterStore& store);
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
 
   // Elements [begin, end) of the flat buffers whose optimizer state and updated gradient this
   // rank owns: everything at stage 0, an equal 1/world shard at stages 1 and 2.
   int64_t shard_begin() const { return begin_; }
   int64_t shard_end() const { return end_; }
+  // Stage 2 with several ranks: gradients staged in buckets and reduced during every backward.
+  bool staged() const { return staged_; }
 
-  // Stage 2 protocol for the last micro-batch of a step: before_forward() before its forward, then
-  // tape.set_progress_hook(backward_hook()) before its backward. No-ops at stages 0 and 1.
-  void before_forward();
+  // Every micro-batch, when staged(): begin_micro() before its forward (the head writes wte's gradient
+  // there), tape.set_progress_hook(backward_hook()) before its backward, end_micro() after it, which
+  // launches the buckets still pending. No-ops (an empty hook) otherwise.
+  void begin_micro();
   std::function<void(size_t)> backward_hook();
+  void end_micro();
 
-  // After the last backward: completes the reduction (this rank's shard, or everything at stage 0,
+  // After the last micro-batch: completes the reduction (this rank's shard, or everything at stage 0,
   // then holds the sum over ranks) and returns the squared norm of the whole rank-summed gradient.
   double reduce();
 
+  // Stage-2 buckets, for the memory accounting and tests: bucket b holds whole parameters.
+  size_t num_buckets() const { return buckets_.size(); }
+  size_t bucket_of(const std::string& param) const;
+  int64_t bucket_bytes(size_t b) const;
+  int64_t max_bucket_bytes() const;
+
  private:
-  struct Bucket {
+  struct Piece {  // the part of a bucket in one rank's shard: reduced to that rank
     int64_t begin, end;
-    int owner;         // the rank whose shard holds it
-    size_t first_param;  // index of the first parameter overlapping it (specs().size() if padding)
+    int owner;
   };
-  void on_backward_progress();
+  struct Bucket {
+    int64_t begin, end;             // flat elements
+    size_t first_param, end_param;  // parameters [first_param, end_param)
+    std::vector<Piece> pieces;      // cut at shard boundaries
+    Tensor staging;                 // this micro-batch's local gradients, while they accumulate
+  };
+  struct InFlight {  // a launched reduction not yet added into the shard
+    size_t bucket;
+    Tensor staging;
+    uint64_t ticket;
+  };
+  Tensor stage(size_t param);
   bool param_complete(size_t i) const;
-  void launch(const Bucket& b);
+  bool bucket_complete(const Bucket& b) const;
+  void on_backward_progress();
+  void launch(size_t b);
+  void retire_oldest();
   void inject_test_fault();
 
   DistributedConfig cfg_;
@@ -48,20 +86,27 @@ class GradientReducer {
   ParameterStore& store_;
   int64_t begin_ = 0, end_ = 0;
   int64_t bucket_elems_ = 0;
-  std::vector<Bucket> buckets_;  // stage 2: descending offsets, never straddling a shard boundary
-  size_t next_bucket_ = 0;       // stage 2: buckets_[0, next_bucket_) have been reduced this step
-  size_t ready_from_ = 0;        // stage 2: parameters [ready_from_, n) have complete gradients
-  std::vector<long> base_refs_;  // stage 2: use_count of each parameter Var at rest
-  std::vector<bool> seen_;       // stage 2: referenced by the tape after the forward
-  bool armed_ = false;
+  bool staged_ = false;
+  std::vector<Bucket> buckets_;           // stage 2: descending offsets (the order gradients complete in)
+  std::vector<size_t> bucket_of_param_;   // stage 2: each parameter's bucket
+  std::deque<InFlight> in_flight_;        // stage 2: oldest first, at most kMaxInFlight
+  size_t next_bucket_ = 0;                // stage 2: buckets_[0, next_bucket_) launched this micro-batch
+  std::vector<long> base_uses_, base_cell_uses_;  // stage 2: use counts of each parameter's Var and GradCell at rest
+  std::vector<bool> touched_;             // stage 2: gradient written this micro-batch
+  bool armed_ = false;                    // stage 2: between begin_micro() and end_micro()
   int steps_ = 0;
 };
 
-// Optimizer state in checkpoints. At stage 0 every rank holds the same moments and rank 0 writes
-// them; sharded, every rank writes its shard (optim_rankR.bin = m, optim_v_rankR.bin = v).
+// Optimizer state in checkpoints, each moment in its stored dtype (fp8 state: m's codes and its block
+// scales, v bf16). At stage 0 every rank holds the same moments and rank 0 writes them; sharded, every
+// rank writes its shard (optim_rankR.bin = m, optim_v_rankR.bin = v, optim_mscale_rankR.bin = scales);
+// rank 0 also writes optim_state.json with the dtypes.
 void save_optimizer_state(const std::filesystem::path& dir, const Communicator& comm, int zero_stage, AdamW& opt);
-// Loads the moments for opt's range from a checkpoint written with (world, zero_stage), whatever
-// this run's stage: the files are read as one logical vector and the range is cut out of it.
-void load_optimizer_state(const std::filesystem::path& dir, int ckpt_world, int ckpt_zero_stage, AdamW& opt);
+// Loads the moments for opt's range from a checkpoint written with (world, zero_stage), whatever this
+// run's stage: the files are read as one logical vector and the range is cut out of it. Exact for the
+// same state dtype, except fp8 blocks that straddle the checkpoint's blocks (another shard layout),
+// which are re-quantized from the checkpoint's values; another state dtype is converted through f32
+// (bf16 rounded to nearest even). Returns "" when the state was restored exactly, else what changed.
+std::string load_optimizer_state(const std::filesystem::path& dir, int ckpt_world, int ckpt_zero_stage, AdamW& opt);
 
 }  // namespace fp8t

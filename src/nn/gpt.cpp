@@ -55,14 +55,18 @@ std::string fp8_weight_param(const std::string& layer) { return layer == "lm_hea
 }  // namespace
 
 GPT::GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad_multiple,
-         const PrecisionConfig& precision)
+         const PrecisionConfig& precision, GradShard grad_shard)
     : cfg_(cfg), precision_(precision) {
   FP8T_CHECK(cfg.arch == "gpt2", "model.arch '{}' is not supported: use gpt2", cfg.arch);
   FP8T_CHECK(cfg.d_model % cfg.n_head == 0, "model.d_model {} must divide by model.n_head {}", cfg.d_model,
              cfg.n_head);
-  params_ = std::make_unique<ParameterStore>(gpt2_param_specs(cfg), device, compute_dtype, pad_multiple);
+  const DType grad_dtype = precision.bf16_grads() ? DType::bf16 : DType::f32;
   fp8_block_.assign(static_cast<size_t>(cfg.n_layer), {});
-  if (precision.compute != ComputeMode::fp8) return;
+  if (precision.compute != ComputeMode::fp8) {
+    params_ = std::make_unique<ParameterStore>(gpt2_param_specs(cfg), device, compute_dtype, pad_multiple, grad_dtype,
+                                               std::vector<std::string>{}, grad_shard);
+    return;
+  }
   const Fp8Config& f = precision.fp8;
   auto listed = [&](LinearKind k) {
     return std::find(f.layers.begin(), f.layers.end(), kind_name(k)) != f.layers.end();
@@ -77,6 +81,13 @@ GPT::GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad
     fp8_.push_back(std::make_unique<Fp8LinearState>("lm_head", f));
     fp8_head_ = fp8_.back().get();
   }
+  // A block linear's weight feeds only its FP8 GEMMs, which cast it from the master: no compute copy.
+  // The head's weight is the tied wte, which the embedding reads in the compute dtype.
+  std::vector<std::string> master_only;
+  for (const auto& st : fp8_)
+    if (st.get() != fp8_head_) master_only.push_back(fp8_weight_param(st->name));
+  params_ = std::make_unique<ParameterStore>(gpt2_param_specs(cfg), device, compute_dtype, pad_multiple, grad_dtype,
+                                             master_only, grad_shard);
   // CUDA: all FP8 scaling state in one device buffer, moved once per step (fp8/device_meta.h).
   if (device.is_cuda() && !fp8_.empty()) {
     std::vector<std::pair<Fp8DeviceState*, Fp8Metas>> states;
@@ -162,21 +173,47 @@ nlohmann::json GPT::fp8_state() const {
 }
 
 void GPT::load_fp8_state(const nlohmann::json& state) {
+  // Every field is checked before use: a damaged file must not index past an amax history (pos) or
+  // read a missing key.
+  FP8T_CHECK(state.is_object(), "FP8 state is not a JSON object (damaged checkpoint?)");
   FP8T_CHECK(state.size() == fp8_.size(), "FP8 state has {} layers but this model has {} FP8 linears",
              state.size(), fp8_.size());
   for (const auto& st : fp8_) {
-    FP8T_CHECK(state.contains(st->name), "FP8 state has no entry for layer {}", st->name);
+    FP8T_CHECK(state.contains(st->name) && state.at(st->name).is_object(), "FP8 state has no entry for layer {}",
+               st->name);
+    const nlohmann::json& layer = state.at(st->name);
     const std::pair<const char*, Fp8TensorMeta*> metas[] = {
         {"input", &st->input}, {"weight", &st->weight}, {"grad_output", &st->grad_output}};
     for (const auto& [what, m] : metas) {
-      const nlohmann::json& s = state[st->name][what];
-      const auto hist = s["amax_history"].get<std::vector<float>>();
-      FP8T_CHECK(hist.size() == m->amax_history.size(),
-                 "FP8 state of {} has an amax history of {} entries, the config asks for {}", st->name,
-                 hist.size(), m->amax_history.size());
-      m->amax_history = hist;
-      m->pos = s["pos"].get<int>();
-      m->scale = s["scale"].get<float>();
+      FP8T_CHECK(layer.contains(what) && layer.at(what).is_object(), "FP8 state of {} has no '{}' entry", st->name,
+                 what);
+      const nlohmann::json& s = layer.at(what);
+      auto field = [&](const char* key) -> const nlohmann::json& {
+        FP8T_CHECK(s.contains(key), "FP8 state of {} {} has no '{}'", st->name, what, key);
+        return s.at(key);
+      };
+      const nlohmann::json& h = field("amax_history");
+      FP8T_CHECK(h.is_array() && h.size() == m->amax_history.size(),
+                 "FP8 state of {} {} has an amax history of {} entries, the config asks for {}", st->name, what,
+                 h.is_array() ? h.size() : 0, m->amax_history.size());
+      std::vector<float> hist;
+      for (const auto& a : h) {
+        FP8T_CHECK(a.is_number() && std::isfinite(a.get<double>()) && a.get<double>() >= 0,
+                   "FP8 state of {} {}: amax history entry {} is not a finite amax >= 0", st->name, what, a.dump());
+        hist.push_back(a.get<float>());
+      }
+      const nlohmann::json& pos = field("pos");
+      FP8T_CHECK(pos.is_number_integer() && pos.get<int64_t>() >= 0 &&
+                     pos.get<int64_t>() < static_cast<int64_t>(hist.size()),
+                 "FP8 state of {} {}: amax history position {} is outside [0, {})", st->name, what, pos.dump(),
+                 hist.size());
+      const nlohmann::json& scale = field("scale");
+      FP8T_CHECK(scale.is_number() && std::isfinite(scale.get<double>()) && scale.get<double>() > 0 &&
+                     std::isfinite(1.0 / scale.get<float>()),
+                 "FP8 state of {} {}: scale {} is not a finite positive number", st->name, what, scale.dump());
+      m->amax_history = std::move(hist);
+      m->pos = pos.get<int>();
+      m->scale = scale.get<float>();
       m->scale_inv = 1.0f / m->scale;
     }
   }

@@ -18,9 +18,10 @@ enum class LinearKind { qkv, proj, fc, fc2, lm_head };
 class GPT {
  public:
   // precision.compute fp8 runs the linears selected by precision.fp8 (kinds, first/last blocks in
-  // high precision) through fp8_linear, each with its own scaling state.
+  // high precision) through fp8_linear, each with its own scaling state. grad_shard: which gradients
+  // the ParameterStore allocates (ZeRO stage 2: one rank's shard).
   GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad_multiple = 1,
-      const PrecisionConfig& precision = {});
+      const PrecisionConfig& precision = {}, GradShard grad_shard = {});
 
   // GPT-2 init: weights N(0, 0.02), residual projections (proj, fc2) N(0, 0.02/sqrt(2 n_layer)),
   // biases 0, LayerNorm weight 1; padded vocabulary rows 0. Deterministic in `seed`.

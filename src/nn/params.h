@@ -1,6 +1,8 @@
 // ParameterStore: every parameter, gradient and compute copy lives in one flat buffer each;
 // tensors are views. Buffers are padded to a multiple of `pad_multiple` elements so a ZeRO shard
-// (an offset range) is the same size on every rank.
+// (an offset range) is the same size on every rank. Parameters read only by FP8 GEMMs (whose FP8
+// copies are cast from the master) have no compute copy: the compute buffer holds the others,
+// packed in the same order. At ZeRO stage 2 only one shard of the gradient buffer is allocated.
 #pragma once
 #include <string>
 #include <vector>
@@ -15,43 +17,72 @@ struct ParamSpec {
   Shape shape;
   bool decay;         // AdamW weight decay applies (matrices and embeddings, not biases/norms)
   int64_t offset = 0; // element offset in the flat buffers
+  int64_t compute_offset = -1;  // element offset in the compute buffer; -1: no compute copy
   int64_t numel() const { return shape_numel(shape); }
 };
 
-// A contiguous element range [begin, end) of the flat buffers with one decay setting.
+// A contiguous element range [begin, end) of the flat buffers with one decay setting, whose compute
+// copy (if any) is contiguous too: elements [compute, compute + end - begin) of the compute buffer,
+// or compute = -1 when the range has none (or the store has no separate compute buffer).
 struct DecaySegment {
   int64_t begin, end;
   bool decay;
+  int64_t compute = -1;
+};
+
+// Which part of the gradient buffer a store allocates: shard `index` of `count` equal shards. count 1
+// is the whole buffer, every parameter's gradient a view of it; with count > 1 (ZeRO stage 2) the
+// parameters have no gradient views: their gradients come from staging buckets (GradCell::make_grad,
+// dist/zero.h) and only the shard, which receives the rank-summed gradient, is kept.
+struct GradShard {
+  int index = 0;
+  int count = 1;
 };
 
 class ParameterStore {
  public:
-  // Lays out `specs` (offsets assigned here) and allocates master f32 parameters and f32 gradients
-  // on `device`; if compute_dtype != f32 a compute copy in that dtype is allocated too.
-  ParameterStore(std::vector<ParamSpec> specs, Device device, DType compute_dtype, int64_t pad_multiple);
+  // Lays out `specs` (offsets assigned here) and allocates master f32 parameters and gradients in
+  // grad_dtype (f32 or bf16) on `device`; if compute_dtype != f32 a compute copy in that dtype is
+  // allocated too, except for the parameters named in `master_only`, whose Vars are views of the
+  // master (an FP8 linear casts its FP8 weight from there). `grad_shard` says which gradients are
+  // allocated; its count must divide the padded length.
+  ParameterStore(std::vector<ParamSpec> specs, Device device, DType compute_dtype, int64_t pad_multiple,
+                 DType grad_dtype = DType::f32, const std::vector<std::string>& master_only = {},
+                 GradShard grad_shard = {});
 
   int64_t numel() const { return numel_; }         // real parameters
   int64_t padded_numel() const { return padded_; } // buffer length, a multiple of pad_multiple
   const std::vector<ParamSpec>& specs() const { return specs_; }
   Tensor& master() { return master_; }             // f32 (padded_numel)
-  Tensor& grads() { return grads_; }               // f32 (padded_numel)
+  // The allocated gradients, grad_dtype: elements [grads_begin(), grads_begin() + grads().numel()) of
+  // the flat buffer (all padded_numel of them unless the gradients are sharded).
+  Tensor& grads() { return grads_; }
+  int64_t grads_begin() const { return grads_begin_; }
+  bool grads_sharded() const { return grads_.numel() != padded_; }
+  DType grad_dtype() const { return grads_.dtype(); }
+  // The compute copies (packed; see ParamSpec::compute_offset), or the master when there is no
+  // separate compute dtype.
   Tensor& compute() { return compute_.defined() ? compute_ : master_; }
+  bool has_compute_copy() const { return compute_.defined(); }
   DType compute_dtype() const { return compute_.defined() ? compute_.dtype() : master_.dtype(); }
   Device device() const { return master_.device(); }
 
-  // The Var for parameter i: value is a view of the compute buffer, grad a view of grads().
+  // The Var for parameter i: value is a view of the compute buffer, grad a view of grads() (none
+  // when the gradients are sharded).
   const Var& var(size_t i) const { return vars_.at(i); }
   const Var& var(const std::string& name) const;
-  // Decay segments overlapping [begin, end), clipped to it (padding counts as no-decay).
+  // Decay segments overlapping [begin, end), clipped to it (padding counts as no-decay, without a
+  // compute copy).
   std::vector<DecaySegment> segments(int64_t begin, int64_t end) const;
 
-  void zero_grads();
+  void zero_grads();  // grads(): the whole buffer, or the shard
   // Refresh the compute copy from the master weights (after init, load or an optimizer step).
   void sync_compute();
 
  private:
   std::vector<ParamSpec> specs_;
-  int64_t numel_ = 0, padded_ = 0;
+  int64_t numel_ = 0, padded_ = 0, grads_begin_ = 0;
+  std::vector<ParamSpec> compute_runs_;  // maximal runs contiguous in the master and compute buffers
   Tensor master_, grads_, compute_;
   std::vector<Var> vars_;
 };

@@ -11,7 +11,9 @@
 namespace fp8t {
 
 struct MemoryPlan {
-  int world = 1;                                      // ranks the optimizer state is sharded over
+  int world = 1;                                      // ranks planned for (rank 0 of them is measured)
+  int64_t grad_buffer_bytes = 0;                      // the whole flat gradient buffer
+  int64_t grad_kept_bytes = 0;                        // what this rank keeps of it: all, or its stage-2 shard
   int micro_batch = 0;                                // the config's
   std::array<double, kNumMemCategories> fixed{};      // bytes independent of the micro-batch
   std::array<double, kNumMemCategories> per_sample{}; // bytes per sequence of the micro-batch
@@ -23,6 +25,10 @@ struct MemoryPlan {
   double headroom = 0.90;
   int max_micro_batch = 0;                            // largest that fits (0: not even one)
   std::array<int, 2> measured{};                      // the two micro-batches measured
+  int64_t parameters = 0;                             // the model's (GPT::num_parameters)
+
+  // Bytes of model state per parameter: the fixed parameters, gradients, optimizer and fp8_cache bytes.
+  double state_bytes_per_parameter() const;
 
   double peak(int b) const { return total_fixed + total_per_sample * b; }
   double category(MemCategory c, int b) const {
@@ -33,8 +39,9 @@ struct MemoryPlan {
 };
 
 // Runs two forward/backward micro-steps (micro-batches b and b + 1, b the smallest whose tokens fill
-// one chunk of the head and loss) with `world` ranks' worth of ZeRO
-// sharding applied to the optimizer state. Throws with the usual OOM report if even those fail.
+// one chunk of the head and loss) as rank 0 of `world` ranks at the config's ZeRO stage: the optimizer
+// state sharded at stages 1 and 2, the gradients too at stage 2 (its shard plus the staging buckets, as
+// measured; the collectives are skipped). Throws with the usual OOM report if even those fail.
 MemoryPlan plan_memory(const Config& cfg, int world);
 
 }  // namespace fp8t

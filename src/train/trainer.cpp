@@ -39,6 +39,12 @@ std::string format_eta(double seconds) {
   return s >= 3600 ? fmt::format("{}h{:02d}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02d}s", s / 60, s % 60);
 }
 
+// The training loader's shuffle seed; ShardLoader reads 0 as file order, so run.seed 0 maps to another value.
+uint64_t train_order_seed(const Config& cfg) {
+  if (!cfg.data.shuffle) return 0;
+  return cfg.run.seed != 0 ? cfg.run.seed : 0x9E3779B97F4A7C15ull;
+}
+
 // One micro-batch of tokens and targets on the model's device.
 struct Batch {
   std::vector<int32_t> h_inputs, h_targets;
@@ -79,7 +85,8 @@ class Trainer {
 
     fs::create_directories(run_dir_);
     log_ = make_run_logger(run_dir_, comm.rank());
-    model_ = std::make_unique<GPT>(cfg.model, device_, compute_dtype_for(cfg), world, cfg.precision);
+    model_ = std::make_unique<GPT>(cfg.model, device_, compute_dtype_for(cfg), world, cfg.precision,
+                                   gradient_shard(cfg.distributed, comm.rank(), world));
     model_->set_recompute_layernorm(cfg.train.recompute == Recompute::layernorm);
     model_->init(cfg.run.seed);
     ParameterStore& P = model_->params();
@@ -90,10 +97,10 @@ class Trainer {
     optim_ = std::make_unique<AdamW>(cfg.optim, P, opt_begin_, opt_end_);
 
     train_loader_ = std::make_unique<ShardLoader>(cfg.data.train, cfg.train.micro_batch, cfg.model.seq_len,
-                                                  comm.rank(), world, 0);
-    if (!cfg.data.val.empty())
-      val_loader_ = std::make_unique<ShardLoader>(cfg.data.val, cfg.train.micro_batch, cfg.model.seq_len,
-                                                  comm.rank(), world, 0);
+                                                  comm.rank(), world, train_order_seed(cfg));
+    for (const ValSet& set : cfg.data.val)  // unshuffled: every evaluation sees the same tokens
+      val_loaders_.push_back(std::make_unique<ShardLoader>(set.glob, cfg.train.micro_batch, cfg.model.seq_len,
+                                                           comm.rank(), world, 0));
     batch_ = std::make_unique<Batch>(cfg.train.micro_batch, cfg.model.seq_len, device_);
 
     if (resume) restore(*resume);
@@ -109,10 +116,16 @@ class Trainer {
 
   TrainResult run() {
     TrainResult result;
-    result.first_val_loss = evaluate();
-    if (std::isfinite(result.first_val_loss)) log_->info("step {:5d} | val_loss {:.4f}", step_, result.first_val_loss);
-    if (metrics_ && std::isfinite(result.first_val_loss))
-      metrics_->write({{"step", step_}, {"tokens", tokens_}, {"val_loss", result.first_val_loss}});
+    const std::vector<double> first_val = evaluate();
+    result.first_val_loss = result.last_val_loss =
+        first_val.empty() ? std::numeric_limits<double>::quiet_NaN() : first_val[0];
+    keep_val(result, first_val);
+    if (!first_val.empty()) {
+      log_->info("step {:5d} | {}", step_, val_text(first_val));
+      nlohmann::json j = {{"step", step_}, {"tokens", tokens_}};
+      add_val_json(j, first_val);
+      if (metrics_) metrics_->write(j);
+    }
     const auto t_start = Clock::now();
     const int first_step = step_;
     while (step_ < cfg_.train.max_steps) {
@@ -120,15 +133,14 @@ class Trainer {
       const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
       const double eta = elapsed / (step_ - first_step) * (cfg_.train.max_steps - step_);
       const bool last = step_ == cfg_.train.max_steps;
-      double val = std::numeric_limits<double>::quiet_NaN();
+      std::vector<double> val;
       if (last || (cfg_.train.eval_every > 0 && step_ % cfg_.train.eval_every == 0)) val = evaluate();
       report(result.last_train_loss, val, eta);
-      if (std::isfinite(val)) result.last_val_loss = val;
+      keep_val(result, val);
       const int every = cfg_.train.checkpoint_every;
       if ((last && every >= 0) || (every > 0 && step_ % every == 0)) save();
     }
     result.steps = step_;
-    if (first_step == step_) result.last_val_loss = result.first_val_loss;
     return result;
   }
 
@@ -137,21 +149,21 @@ class Trainer {
     const auto t0 = Clock::now();
     allocator_for(device_).reset_peaks();
     ParameterStore& P = model_->params();
-    P.zero_grads();
+    P.zero_grads();  // at ZeRO stage 2 only this rank's shard exists
     Tensor loss_sum;  // summed on the device: one host read per step, not one per micro-step
     for (int micro = 0; micro < accum_; ++micro) {
       batch_->load(*train_loader_);
       Tape tape;
       Var loss;
-      const bool last_micro = micro == accum_ - 1;
-      if (last_micro) reducer_->before_forward();  // ZeRO-2 reduces buckets during this backward
+      reducer_->begin_micro();  // ZeRO-2 stages and reduces buckets during every backward
       {
         TapeScope scope(&tape);
         loss = model_->loss(batch_->inputs, batch_->targets, cfg_.train.recompute == Recompute::block,
                             1.0f / static_cast<float>(accum_));
       }
-      if (last_micro) tape.set_progress_hook(reducer_->backward_hook());
+      tape.set_progress_hook(reducer_->backward_hook());
       tape.backward(loss, 1.0f / static_cast<float>(accum_));
+      reducer_->end_micro();
       if (!loss_sum.defined()) loss_sum = zeros_like(loss->value, loss->value.dtype());
       add_(loss_sum, loss->value);
     }
@@ -202,18 +214,24 @@ class Trainer {
     return loss;
   }
 
-  // Which parameter gradients hold NaN/Inf (checked only when something went wrong).
+  // Which parameter gradients in this rank's reduced range hold NaN/Inf (checked only when something went
+  // wrong).
   std::string nonfinite_report() {
-    const ParameterStore& P = model_->params();
+    ParameterStore& P = model_->params();
+    const int64_t off = P.grads_begin();
     std::string bad;
     for (const auto& s : P.specs()) {
-      if (s.offset + s.numel() <= opt_begin_ && cfg_.distributed.zero_stage >= 1) continue;
-      const double ss = sum_squares(model_->params().grads(), s.offset, s.offset + s.numel());
+      const int64_t b = std::max(s.offset, opt_begin_), e = std::min(s.offset + s.numel(), opt_end_);
+      if (b >= e) continue;
+      const double ss = sum_squares(P.grads(), b - off, e - off);
       if (!std::isfinite(ss)) bad += (bad.empty() ? "" : ", ") + s.name;
       if (bad.size() > 200) break;
     }
     const std::string fp8 = model_->fp8_nonfinite_report();
-    return (bad.empty() ? "(the loss itself)" : "in the gradient of " + bad) +
+    const bool sharded = opt_end_ - opt_begin_ < P.padded_numel();
+    const std::string none = sharded ? "(not in this rank's gradient shard: in another rank's, or the loss itself)"
+                                     : "(the loss itself)";
+    return (bad.empty() ? none : "in the gradient of " + bad) +
            (fp8.empty() ? "" : "; non-finite FP8 amax: " + fp8);
   }
 
@@ -234,27 +252,52 @@ class Trainer {
     return model_->fp8_nonfinite_report();
   }
 
-  double evaluate() {
-    if (!val_loader_) return std::numeric_limits<double>::quiet_NaN();
+  // The mean loss of each data.val set over its first eval_steps micro-batches, in config order; empty when
+  // there are none.
+  std::vector<double> evaluate() {
     NoGradScope no_grad;
-    val_loader_->reset();
-    double sum = 0;
-    for (int i = 0; i < cfg_.train.eval_steps; ++i) {
-      batch_->load(*val_loader_);
-      sum += model_->loss(batch_->inputs, batch_->targets)->value.to_float_vector()[0];
+    std::vector<double> losses;
+    for (auto& loader : val_loaders_) {
+      loader->reset();
+      double sum = 0;
+      for (int i = 0; i < cfg_.train.eval_steps; ++i) {
+        batch_->load(*loader);
+        sum += model_->loss(batch_->inputs, batch_->targets)->value.to_float_vector()[0];
+      }
+      losses.push_back(scalar_sum_over_ranks(comm_, sum / cfg_.train.eval_steps, device_) / comm_.size());
     }
-    return scalar_sum_over_ranks(comm_, sum / cfg_.train.eval_steps, device_) / comm_.size();
+    return losses;
   }
 
-  void report(double loss, double val, double eta) {
+  // "val_loss 5.1234 | sotu 5.4321": the first set keeps the name val_loss, the others go by theirs.
+  std::string val_text(const std::vector<double>& val) const {
+    std::string text = fmt::format("val_loss {:.4f}", val[0]);
+    for (size_t i = 1; i < val.size(); ++i) text += fmt::format(" | {} {:.4f}", cfg_.data.val[i].name, val[i]);
+    return text;
+  }
+
+  // metrics.jsonl: val_loss is the first set, "val" holds every set by name.
+  void add_val_json(nlohmann::json& j, const std::vector<double>& val) const {
+    j["val_loss"] = val[0];
+    nlohmann::json& sets = j["val"] = nlohmann::json::object();
+    for (size_t i = 0; i < val.size(); ++i) sets[cfg_.data.val[i].name] = val[i];
+  }
+
+  void keep_val(TrainResult& result, const std::vector<double>& val) const {
+    if (val.empty()) return;
+    result.last_val_loss = val[0];
+    for (size_t i = 0; i < val.size(); ++i) result.last_val_losses[cfg_.data.val[i].name] = val[i];
+  }
+
+  void report(double loss, const std::vector<double>& val, double eta) {
     const double tps = tokens_per_step_ / (last_step_ms_ / 1e3);
     const MemoryStats mem = allocator_for(device_).stats();
-    if (step_ % cfg_.run.log_every == 0 || step_ == cfg_.train.max_steps || std::isfinite(val)) {
+    if (step_ % cfg_.run.log_every == 0 || step_ == cfg_.train.max_steps || !val.empty()) {
       std::string line = fmt::format("step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | "
                                      "mem {} | ETA {}",
                                      step_, cfg_.train.max_steps, loss, last_lr_, last_norm_, last_step_ms_, tps,
                                      format_bytes(mem.total_peak), format_eta(eta));
-      if (std::isfinite(val)) line += fmt::format(" | val_loss {:.4f}", val);
+      if (!val.empty()) line += " | " + val_text(val);
       log_->info(line);
     }
     if (!metrics_) return;
@@ -263,7 +306,7 @@ class Trainer {
                         {"tokens_per_s", tps},     {"memory", memory_json(mem)}};
     if (device_.is_cuda()) j["mfu"] = model_->flops_per_token() * tps / comm_.size() / 989.4e12;
     if (last_skipped_) j["skipped"] = true;
-    if (std::isfinite(val)) j["val_loss"] = val;
+    if (!val.empty()) add_val_json(j, val);
     if (cfg_.precision.compute == ComputeMode::fp8) {
       const int every = cfg_.precision.fp8.monitor_every;
       j["fp8"] = model_->fp8_stats(every > 0 && step_ % every == 0);
@@ -301,7 +344,8 @@ class Trainer {
     ParameterStore& P = model_->params();
     read_tensor_file(*dir / "model.bin", P.master());
     P.sync_compute();
-    load_optimizer_state(*dir, s.world_size, s.zero_stage, *optim_);
+    if (const std::string changed = load_optimizer_state(*dir, s.world_size, s.zero_stage, *optim_); !changed.empty())
+      log_->warn("{}", changed);
     if (model_->fp8_enabled()) {
       fs::path f = *dir / fmt::format("fp8_rank{}.json", comm_.rank());
       if (!fs::exists(f)) f = *dir / "fp8_rank0.json";  // resumed on more ranks
@@ -323,7 +367,8 @@ class Trainer {
   std::unique_ptr<GPT> model_;
   std::unique_ptr<AdamW> optim_;
   std::unique_ptr<GradientReducer> reducer_;
-  std::unique_ptr<ShardLoader> train_loader_, val_loader_;
+  std::unique_ptr<ShardLoader> train_loader_;
+  std::vector<std::unique_ptr<ShardLoader>> val_loaders_;  // one per cfg_.data.val set, in order
   std::unique_ptr<Batch> batch_;
   std::unique_ptr<MetricsWriter> metrics_;
   int accum_ = 1;

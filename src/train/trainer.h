@@ -1,9 +1,11 @@
 // Trainer: the training loop of one rank — data, forward/backward with gradient accumulation,
-// gradient reduction (ZeRO stage 0/1), clipping, AdamW, evaluation, metrics and checkpoints.
+// gradient reduction (ZeRO stages 0-2), clipping, AdamW, evaluation, metrics and checkpoints.
 #pragma once
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "config/config.h"
 #include "dist/comm.h"
@@ -11,8 +13,9 @@
 namespace fp8t {
 
 struct TrainResult {
-  double first_val_loss = 0;  // NaN when there is no validation data
-  double last_val_loss = 0;
+  double first_val_loss = 0;  // the first data.val set's; NaN when there is no validation data
+  double last_val_loss = 0;   // the first set's at the last evaluation; NaN without validation data
+  std::map<std::string, double> last_val_losses;  // every data.val set's last loss, by name
   double last_train_loss = 0;
   int steps = 0;
 };

@@ -1,6 +1,7 @@
-// Under mpirun -np 2: the MPI collectives on random data (aliasing included), ZeRO-2's bucket
-// reduction during backward, and 20 training steps at ZeRO stages 0, 1 and 2 that must end at the
-// same weights, with stages 1 and 2 holding half of stage 0's optimizer state per rank.
+// Under mpirun -np 2 and -np 3: the MPI collectives on random data (aliasing included), ZeRO-2's
+// gradient shard and staging buckets reduced during every backward (within the staging bound), and 20
+// training steps at ZeRO stages 0, 1 and 2 that must end at the same weights, with stages 1 and 2
+// holding 1/N of stage 0's optimizer state per rank and stage 2 1/N of its gradients.
 #include <mpi.h>
 #include <unistd.h>
 
@@ -145,6 +146,9 @@ class CountingComm final : public Communicator {
     ++reduces;
     c_.reduce(t, op, root);
   }
+  void synchronize() override { c_.synchronize(); }
+  uint64_t ticket() override { return c_.ticket(); }
+  void wait(uint64_t ticket) override { c_.wait(ticket); }
   int reduces = 0;
 
  private:
@@ -152,75 +156,136 @@ class CountingComm final : public Communicator {
 };
 }  // namespace
 
-TEST_CASE("mpi: ZeRO-2 reduces buckets during backward and matches a reduce-scatter", "[mpi][zero]") {
-  auto mpi = test_comm();
-  CountingComm comm(*mpi);
-  const int R = comm.size(), me = comm.rank();
+namespace {
+ModelConfig staged_model() {
   ModelConfig mc;
-  mc.n_layer = 3;
+  mc.n_layer = 6;
   mc.n_head = 2;
   mc.d_model = 32;
   mc.vocab_size = 64;
   mc.seq_len = 16;
-  GPT model(mc, Device::cpu(), DType::f32, R);
-  model.init(3);
-  ParameterStore& P = model.params();
-  DistributedConfig dc;
-  dc.zero_stage = 2;
-  dc.bucket_mb = 8192 * 4.0 / (1 << 20);  // 8192 floats: several buckets per shard
-  GradientReducer reducer(dc, comm, P);
+  return mc;
+}
 
-  std::mt19937 rng(11 + me);  // each rank its own batch
-  std::vector<float> tok(2 * 16), tgt(2 * 16);
+// Random tokens and targets (2, 16), different on every rank and micro-batch.
+std::pair<Tensor, Tensor> batch(int rank, int micro) {
+  std::mt19937 rng(static_cast<uint32_t>(11 + 7 * rank + micro));
   Tensor tokens = Tensor::empty({2, 16}, DType::i32), targets = Tensor::empty({2, 16}, DType::i32);
   for (int i = 0; i < 32; ++i) {
     tokens.data<int32_t>()[i] = static_cast<int32_t>(rng() % 64);
     targets.data<int32_t>()[i] = static_cast<int32_t>(rng() % 64);
   }
-  P.zero_grads();
-  reducer.before_forward();
-  Tape tape;
-  Var loss;
-  {
-    TapeScope scope(&tape);
-    loss = model.loss(tokens, targets);
-  }
-  auto hook = reducer.backward_hook();
-  int during = 0;
-  tape.set_progress_hook([&](size_t left) {
-    hook(left);
-    if (left > 0) during = comm.reduces;
-  });
-  tape.backward(loss);
-  // Reference: every rank's local gradient, reduce-scattered after the fact.
-  Tensor local = P.grads().to(Device::cpu());
-  // (the shard of `local` is already reduced on this rank; rebuild the local gradient instead)
-  P.zero_grads();
-  {
-    Tape t2;
-    Var l2;
-    {
-      TapeScope scope(&t2);
-      l2 = model.loss(tokens, targets);
-    }
-    t2.backward(l2);
-  }
-  Tensor reference = P.grads().to(Device::cpu());
-  const int64_t shard = P.padded_numel() / R;
-  Tensor ref_mine = reference.slice_flat(me * shard, {shard});
-  mpi->reduce_scatter(reference, ref_mine, ReduceOp::sum);
-  P.grads().copy_from(local);
-  const double sq = reducer.reduce();
+  return {tokens, targets};
+}
 
-  CHECK(during > 0);                 // some buckets went out while backward was still running
-  CHECK(comm.reduces > during);      // and the embedding's bucket only at the end (wte is used first)
-  const auto got = P.grads().slice_flat(me * shard, {shard}).to_float_vector();
-  CHECK(got == ref_mine.to_float_vector());  // two ranks: a + b either way, exactly
-  double ref_sq = 0;
-  for (float x : ref_mine.to_float_vector()) ref_sq += static_cast<double>(x) * x;
-  Tensor total = Tensor::from_vector({static_cast<float>(ref_sq)}, {1});
-  mpi->all_reduce(total, ReduceOp::sum);
-  CHECK(std::abs(sq - total.to_float_vector()[0]) <= 1e-5 * sq);
+}  // namespace
+
+TEST_CASE("mpi: ZeRO-2 keeps a gradient shard and staging buckets and matches a reduce-scatter",
+          "[mpi][zero]") {
+  auto mpi = test_comm();
+  CountingComm comm(*mpi);
+  const int R = comm.size(), me = comm.rank();
+  const ModelConfig mc = staged_model();
+  constexpr int kMicro = 2;
+  // Plain, with block recompute (parameters written inside checkpoint nodes), and with FP8 linears
+  // (emulated; f32 gradients so that the comparison stays tight).
+  for (const char* variant : {"plain", "recompute", "fp8"}) {
+    INFO(variant);
+    const bool recompute = std::string(variant) == "recompute";
+    PrecisionConfig pc;
+    if (std::string(variant) == "fp8") {
+      pc.compute = ComputeMode::fp8;
+      pc.grad_dtype = GradDtype::fp32;
+    }
+    Allocator& alloc = allocator_for(Device::cpu());
+    const int64_t grads_before = alloc.stats().cur(MemCategory::gradients);
+    GPT model(mc, Device::cpu(), DType::f32, R, pc, GradShard{me, R});
+    model.init(3);
+    ParameterStore& P = model.params();
+    const int64_t shard = P.padded_numel() / R;
+    REQUIRE(P.grads().numel() == shard);
+    DistributedConfig dc;
+    dc.zero_stage = 2;
+    dc.bucket_mb = 2048 * 4.0 / (1 << 20);  // 2048 floats: many buckets per shard
+    GradientReducer reducer(dc, comm, P);
+    // Some shard boundary falls inside a parameter: that bucket goes to two owners.
+    bool cut_inside = false;
+    for (const auto& s : P.specs())
+      for (int r = 1; r < R; ++r) cut_inside |= s.offset < r * shard && r * shard < s.offset + s.numel();
+    CHECK(cut_inside);
+
+    alloc.reset_peaks();
+    P.zero_grads();
+    int during = 0, total_before_last = 0;
+    for (int micro = 0; micro < kMicro; ++micro) {
+      auto [tokens, targets] = batch(me, micro);
+      reducer.begin_micro();
+      Tape tape;
+      Var loss;
+      {
+        TapeScope scope(&tape);
+        loss = model.loss(tokens, targets, recompute, 1.0f / kMicro);
+      }
+      auto hook = reducer.backward_hook();
+      tape.set_progress_hook([&](size_t left) {
+        hook(left);
+        if (left > 0) during = comm.reduces - total_before_last;
+      });
+      tape.backward(loss, 1.0f / kMicro);
+      reducer.end_micro();
+      if (micro < kMicro - 1) total_before_last = comm.reduces;
+    }
+    const double sq = reducer.reduce();
+    const MemoryStats mem = alloc.stats();
+    const int64_t elem = 4, shard_bytes = shard * elem, buffer_bytes = P.padded_numel() * elem;
+    // Every micro-batch reduced buckets while its backward still ran, the embedding's only at the end.
+    CHECK(during > 0);
+    CHECK(comm.reduces - total_before_last > during);
+    // Memory: the shard stays, every staging buffer is gone; the peak is the shard plus the staging
+    // bound (zero.cpp): kMaxInFlight buckets in flight, wte's, and the one or two a node writes (with
+    // recompute too: the inner backward of a block reports its progress), never the full buffer.
+    CHECK(mem.cur(MemCategory::gradients) - grads_before == shard_bytes);
+    const int64_t bound = static_cast<int64_t>(GradientReducer::kMaxInFlight + 2) * reducer.max_bucket_bytes() +
+                          reducer.bucket_bytes(reducer.bucket_of("wte"));
+    const int64_t peak = mem.pk(MemCategory::gradients) - grads_before;
+    INFO("rank " << me << ": peak gradient bytes " << peak << ", shard " << shard_bytes << " + bound " << bound
+                 << ", whole buffer " << buffer_bytes);
+    CHECK(peak <= shard_bytes + bound);
+    CHECK(shard_bytes + bound < buffer_bytes);
+    const std::vector<float> got = P.grads().to_float_vector();
+
+    // Reference: the same model with the whole buffer, both micro-batches accumulated locally, then
+    // reduce-scattered.
+    GPT ref(mc, Device::cpu(), DType::f32, R, pc);
+    ref.init(3);
+    ParameterStore& Q = ref.params();
+    Q.zero_grads();
+    for (int micro = 0; micro < kMicro; ++micro) {
+      auto [tokens, targets] = batch(me, micro);
+      Tape tape;
+      Var loss;
+      {
+        TapeScope scope(&tape);
+        loss = ref.loss(tokens, targets, recompute, 1.0f / kMicro);
+      }
+      tape.backward(loss, 1.0f / kMicro);
+    }
+    Tensor ref_mine = Q.grads().slice_flat(me * shard, {shard});
+    mpi->reduce_scatter(Q.grads(), ref_mine, ReduceOp::sum);
+    const std::vector<float> want = ref_mine.to_float_vector();
+    float scale = 0, diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      scale = std::max(scale, std::abs(want[i]));
+      diff = std::max(diff, std::abs(got[i] - want[i]));
+    }
+    CHECK(scale > 0);
+    CHECK(diff <= 1e-5f * scale);  // FP32 sums in another order (per micro-batch over ranks, then over them)
+    double ref_sq = 0;
+    for (float x : want) ref_sq += static_cast<double>(x) * x;
+    Tensor total = Tensor::from_vector({static_cast<float>(ref_sq)}, {1});
+    mpi->all_reduce(total, ReduceOp::sum);
+    CHECK(std::abs(sq - total.to_float_vector()[0]) <= 1e-4 * sq);
+  }
 }
 
 TEST_CASE("mpi: 20 steps at ZeRO stages 0 - 1 and 2 end at the same weights", "[mpi][zero][train]") {
@@ -239,20 +304,32 @@ TEST_CASE("mpi: 20 steps at ZeRO stages 0 - 1 and 2 end at the same weights", "[
   }
   comm->barrier();
 
-  std::vector<std::vector<float>> weights;
-  std::vector<int64_t> optim_bytes, optim_file_bytes;
-  for (int stage : {0, 1, 2}) {
-    const std::string name = fmt::format("stage{}", stage);
-    // total_batch_tokens 256 = 2 micro-batches of 4x16 per rank: stage 2 accumulates first.
+  struct Run {
+    int stage;
+    const char* grad_dtype;
+    const char* recompute;
+    std::vector<float> weights;
+    int64_t optim_bytes = -1, optim_file_bytes = -1, grad_bytes = -1, grad_peak = -1;  // rank 0's, last step
+  };
+  std::vector<Run> runs;
+  for (auto [stage, grad_dtype, recompute] : {std::tuple{0, "fp32", "none"}, {1, "fp32", "none"}, {2, "fp32", "none"},
+                                              {0, "bf16", "none"}, {2, "bf16", "none"}, {0, "fp32", "block"},
+                                              {2, "fp32", "block"}})
+    runs.push_back({stage, grad_dtype, recompute, {}});
+  for (Run& run : runs) {
+    const std::string name = fmt::format("stage{}_{}_{}", run.stage, run.grad_dtype, run.recompute);
+    // total_batch_tokens = 2 micro-batches of 4x16 per rank: stage 2 reduces both; 3 layers of 32
+    // channels, so the shard cuts of 2 and 3 ranks fall inside layers.
     const std::string yaml = fmt::format(R"(
 run: {{name: {0}, out_dir: {1}/{0}, seed: 7, device: cpu, log_every: 5}}
-model: {{n_layer: 2, n_head: 2, d_model: 32, vocab_size: 64, seq_len: 16}}
+model: {{n_layer: 3, n_head: 2, d_model: 32, vocab_size: 64, seq_len: 16}}
 data: {{train: {1}/data/train_*.bin, val: {1}/data/val_*.bin}}
-train: {{micro_batch: 4, total_batch_tokens: 256, max_steps: 20, eval_every: 10, eval_steps: 2, checkpoint_every: 0}}
+train: {{micro_batch: 4, total_batch_tokens: {5}, max_steps: 20, eval_every: 10, eval_steps: 2, checkpoint_every: 0, recompute: {4}}}
 optim: {{lr: 3.0e-3, warmup_steps: 2, schedule: cosine, weight_decay: 0.1, grad_clip: 1.0}}
-distributed: {{zero_stage: {2}, bucket_mb: 0.02, timeout_s: 120}}
+precision: {{grad_dtype: {3}}}
+distributed: {{zero_stage: {2}, bucket_mb: 0.01, timeout_s: 120}}
 )",
-                                         name, root.string(), stage);
+                                         name, root.string(), run.stage, run.grad_dtype, run.recompute, 128 * R);
     const Config cfg = parse_config(yaml, name + ".yaml");
     const TrainResult r = train(cfg, *comm);
     CHECK(r.steps == 20);
@@ -260,35 +337,65 @@ distributed: {{zero_stage: {2}, bucket_mb: 0.02, timeout_s: 120}}
     const fs::path ckpt = root / name / "checkpoints" / "step_00000020";
     comm->barrier();
     REQUIRE(fs::exists(ckpt / "model.bin"));
-    weights.push_back(read_floats(ckpt / "model.bin"));
-    REQUIRE(fs::exists(ckpt / fmt::format("optim_rank{}.bin", stage == 0 ? 0 : me)));
-    optim_file_bytes.push_back(static_cast<int64_t>(fs::file_size(ckpt / fmt::format("optim_rank{}.bin", stage == 0 ? 0 : me))));
-    if (stage > 0) CHECK(fs::file_size(ckpt / "optim_rank1.bin") == fs::file_size(ckpt / "optim_rank0.bin"));
+    run.weights = read_floats(ckpt / "model.bin");
+    const fs::path optim_file = ckpt / fmt::format("optim_rank{}.bin", run.stage == 0 ? 0 : me);
+    REQUIRE(fs::exists(optim_file));
+    run.optim_file_bytes = static_cast<int64_t>(fs::file_size(optim_file));
+    if (run.stage > 0) CHECK(fs::file_size(ckpt / "optim_rank1.bin") == fs::file_size(ckpt / "optim_rank0.bin"));
     // Rank 0's allocator at the last step, as the run recorded it.
     std::ifstream mf(root / name / "metrics.jsonl");
     std::string line;
-    int64_t opt = -1;
     while (std::getline(mf, line)) {
       const auto j = nlohmann::json::parse(line);
-      if (j.contains("memory")) opt = j["memory"]["current"]["optimizer"].get<int64_t>();
+      if (!j.contains("memory")) continue;
+      run.optim_bytes = j["memory"]["current"]["optimizer"].get<int64_t>();
+      run.grad_bytes = j["memory"]["current"]["gradients"].get<int64_t>();
+      run.grad_peak = j["memory"]["peak"]["gradients"].get<int64_t>();
     }
-    optim_bytes.push_back(opt);
   }
 
+  // Each run against stage 0 with the same gradient dtype and recompute: f32 sums in another order
+  // (1e-5 of the largest weight); bf16 gradients round at other points (stage 2 rounds every
+  // micro-batch's rank sum, stage 0 the local sum over micro-batches), each up to 2^-9 relative and
+  // amplified by AdamW's normalisation where a gradient is near zero: BF16 tolerance, measured against
+  // the difference bf16 gradients make at stage 0 (runs[3] against runs[0]).
+  auto max_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, static_cast<double>(std::abs(a[i] - b[i])));
+    return d;
+  };
   float scale = 0;
-  for (float w : weights[0]) scale = std::max(scale, std::abs(w));
-  for (int s : {1, 2}) {
-    INFO("stage " << s);
-    REQUIRE(weights[s].size() == weights[0].size());
-    double max_diff = 0;
-    for (size_t i = 0; i < weights[0].size(); ++i)
-      max_diff = std::max(max_diff, static_cast<double>(std::abs(weights[s][i] - weights[0][i])));
-    CHECK(max_diff <= 1e-5 * scale);
+  for (float w : runs[0].weights) scale = std::max(scale, std::abs(w));
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const Run& run = runs[i];
+    if (run.stage == 0) continue;
+    const Run& base = *std::find_if(runs.begin(), runs.end(), [&](const Run& b) {
+      return b.stage == 0 && std::string(b.grad_dtype) == run.grad_dtype && std::string(b.recompute) == run.recompute;
+    });
+    INFO("stage " << run.stage << " grad_dtype " << run.grad_dtype << " recompute " << run.recompute << " ("
+                  << R << " ranks)");
+    REQUIRE(run.weights.size() == base.weights.size());
+    const double d = max_diff(run.weights, base.weights), bf16_gap = max_diff(runs[3].weights, runs[0].weights);
+    INFO("max weight difference " << d << ", largest weight " << scale << "; stage 0 bf16 vs fp32 gradients "
+                                  << bf16_gap);
+    if (std::string(run.grad_dtype) == "bf16") {
+      CHECK(d <= 1e-2 * scale);
+      CHECK(d <= 2 * bf16_gap);  // no further from stage 0 than bf16 rounding itself takes it
+    } else {
+      CHECK(d <= 1e-5 * scale);
+    }
     // Each rank's AdamW moments are exactly 1/R of stage 0's (the buffers are padded to R).
-    CHECK(optim_file_bytes[s] * R == optim_file_bytes[0]);
-    CHECK(optim_bytes[s] * R == optim_bytes[0]);
+    CHECK(run.optim_file_bytes * R == base.optim_file_bytes);
+    CHECK(run.optim_bytes * R == base.optim_bytes);
+    CHECK(run.optim_bytes > 0);
+    if (run.stage == 2) {
+      // Between steps only the 1/R gradient shard exists; within one the staging buckets come and go.
+      CHECK(run.grad_bytes * R == base.grad_bytes);
+      CHECK(run.grad_peak < base.grad_peak);
+    } else {
+      CHECK(run.grad_bytes == base.grad_bytes);
+    }
   }
-  CHECK(optim_bytes[0] > 0);
   comm->barrier();
   if (me == 0) fs::remove_all(root);
 }

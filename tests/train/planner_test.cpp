@@ -102,3 +102,24 @@ TEST_CASE("plan: FP8 activation storage shrinks what the tape keeps for backward
   INFO("layernorm recompute " << l.saved_per_sample);
   CHECK(l.saved_per_sample < 0.92 * f32.saved_per_sample);
 }
+
+TEST_CASE("plan: ZeRO stage 2 keeps 1/N of the gradients plus staging buckets", "[plan][zero]") {
+  Config cfg = small("none");
+  cfg.distributed.bucket_mb = 0.01;  // 2,621 floats: the buckets are small next to the buffer
+  const MemoryPlan stage0 = plan_memory(cfg, 8);  // stage 0: the whole gradient buffer
+  cfg.distributed.zero_stage = 2;
+  const MemoryPlan stage2 = plan_memory(cfg, 8);
+  const auto grads = static_cast<size_t>(MemCategory::gradients), opt = static_cast<size_t>(MemCategory::optimizer);
+  const int64_t padded = GPT(cfg.model, Device::cpu(), DType::f32, 8).params().padded_numel();
+  CHECK(stage0.grad_kept_bytes == 4 * padded);
+  CHECK(stage0.fixed[grads] == 4.0 * padded);
+  CHECK(stage2.grad_buffer_bytes == 4 * padded);
+  CHECK(stage2.grad_kept_bytes * 8 == 4 * padded);  // this rank's shard
+  CHECK(stage2.fixed[opt] * 8 == stage0.fixed[opt]);
+  // Measured: the shard and the staging peak (wte's bucket, as large as wte, and a few small ones).
+  INFO("stage 2 gradients " << stage2.fixed[grads] << " of " << stage0.fixed[grads]);
+  CHECK(stage2.fixed[grads] > stage2.grad_kept_bytes);
+  CHECK(stage2.fixed[grads] < 0.8 * stage0.fixed[grads]);
+  CHECK(stage2.per_sample[grads] == 0);
+  CHECK_THAT(stage2.table(), Catch::Matchers::ContainsSubstring("(1/8 of the"));
+}
