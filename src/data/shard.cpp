@@ -105,8 +105,9 @@ void write_shard(const std::string& path, std::span<const uint16_t> tokens) {
     FP8T_CHECK(f != nullptr, "token shard {}: cannot open {} for writing", path, tmp);
     bool ok =
         std::fwrite(header.data(), sizeof(int32_t), header.size(), f.get()) == header.size();
-    ok = ok &&
-         std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) == tokens.size();
+    // An empty span may have a null data(), which fwrite must not get (UBSan).
+    ok = ok && (tokens.empty() ||
+                std::fwrite(tokens.data(), sizeof(uint16_t), tokens.size(), f.get()) == tokens.size());
     // fsync before rename: otherwise a crash can leave the new name pointing at missing data.
     ok = ok && std::fflush(f.get()) == 0 && ::fsync(::fileno(f.get())) == 0;
     if (!ok) {
