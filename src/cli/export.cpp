@@ -19,6 +19,7 @@ void add_export(CLI::App& app) {
   cmd->add_option("--out", o->out, "output directory")->required();
   cmd->callback([o] {
     const ExportStats s = export_hf_gpt2(o->checkpoint, o->out);
+    if (!s.warning.empty()) fmt::print(stderr, "fp8train: warning: {}\n", s.warning);
     fmt::print("fp8train: exported {} tensors ({}) to {}\n", s.tensors, format_bytes(s.bytes), o->out);
   });
 }

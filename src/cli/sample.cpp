@@ -35,12 +35,11 @@ void add_sample(CLI::App& app) {
 #ifndef FP8T_HAVE_PCRE2
     FP8T_FAIL("sample needs the GPT-2 tokenizer, which this build lacks: install libpcre2-dev and rebuild");
 #else
-    const auto dir = latest_checkpoint(o->checkpoint);
-    FP8T_CHECK(dir, "no complete checkpoint under {}", o->checkpoint);
-    const CheckpointState st = read_checkpoint_state(*dir);
-    const Config cfg = parse_config(st.config_yaml, (*dir / "state.json").string());
+    const ModelCheckpoint ck = open_model_checkpoint(o->checkpoint);
+    if (!ck.warning.empty()) fmt::print(stderr, "fp8train: warning: {}\n", ck.warning);
+    const Config& cfg = ck.config;
     GPT model(cfg.model, Device::cpu(), DType::f32, 1);
-    read_tensor_prefix(*dir / "model.bin", model.params().master());
+    load_model_weights(ck.dir, ck.state.world_size, model.params());
     const auto tok = Gpt2Tokenizer::load(o->vocab);
     std::vector<int> ids = tok.encode(o->prompt);
     if (ids.empty()) ids.push_back(tok.eot());

@@ -2,6 +2,7 @@
 // them into another world size, ZeRO stage or state dtype.
 #include <algorithm>
 #include <fstream>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 
 #include "dist/zero.h"
@@ -42,25 +43,35 @@ struct StoredMoments {
 };
 
 int64_t file_elements(const fs::path& f, DType dtype) {
-  FP8T_CHECK(fs::exists(f), "checkpoint is missing {}", f.string());
-  const auto bytes = static_cast<int64_t>(fs::file_size(f));
+  std::error_code ec;
+  const auto bytes = static_cast<int64_t>(fs::file_size(f, ec));
+  FP8T_CHECK(!ec, "checkpoint is missing {} ({})", f.string(), ec.message());
   const auto size = static_cast<int64_t>(dtype_size(dtype));
   FP8T_CHECK(bytes % size == 0, "{} holds {} bytes, not a whole number of {} values", f.string(), bytes,
              dtype_name(dtype));
   return bytes / size;
 }
 
+// optim_state.json's dtype of a moment: one the optimizer stores it in.
+DType moment_dtype(const nlohmann::json& j, const char* key, std::initializer_list<DType> allowed,
+                   const fs::path& file) {
+  const std::string name = json_string(j, key, file);
+  for (DType t : allowed)
+    if (name == dtype_name(t)) return t;
+  FP8T_FAIL("{}: key '{}' is \"{}\", not a dtype the optimizer stores that moment in: the file is damaged",
+            file.string(), key, name.substr(0, 40));
+}
+
 StoredMoments stored_moments(const fs::path& dir, int files) {
   StoredMoments st;
-  if (fs::exists(dir / kStateFile)) {
-    try {
-      const auto j = nlohmann::json::parse(std::ifstream(dir / kStateFile));
-      st.m_dtype = dtype_from_name(j.at("m").get<std::string>());
-      st.v_dtype = dtype_from_name(j.at("v").get<std::string>());
-      FP8T_CHECK(st.m_dtype != DType::e4m3 || j.at("m_block").get<int64_t>() == kMomentBlock,
-                 "blocks of {} elements, this build uses {}", j.at("m_block").get<int64_t>(), kMomentBlock);
-    } catch (const std::exception& e) {
-      FP8T_FAIL("{}: unreadable optimizer state description: {}", (dir / kStateFile).string(), e.what());
+  if (const fs::path file = dir / kStateFile; fs::exists(file)) {
+    const nlohmann::json j = read_json_object(file);
+    st.m_dtype = moment_dtype(j, "m", {DType::f32, DType::bf16, DType::e4m3}, file);
+    st.v_dtype = moment_dtype(j, "v", {DType::f32, DType::bf16}, file);
+    if (st.m_dtype == DType::e4m3) {
+      const int64_t block = json_int(j, "m_block", 1, INT64_MAX, file);
+      FP8T_CHECK(block == kMomentBlock, "{}: fp8 first moment in blocks of {} elements, this build uses {}",
+                 file.string(), block, kMomentBlock);
     }
   }
   st.starts.push_back(0);
@@ -79,6 +90,18 @@ StoredMoments stored_moments(const fs::path& dir, int files) {
     read_tensor_file(sf, t);
     st.scales.emplace_back(t.data<float>(), t.data<float>() + t.numel());
   }
+  // Each rank's shard is the same size, and together (or the one stage-0 file) they cover model.bin:
+  // a truncated or over-long file would otherwise load as zeros or be cut silently.
+  for (int r = 1; r < files; ++r)
+    FP8T_CHECK(st.starts[r + 1] - st.starts[r] == st.starts[1],
+               "{} holds {} elements but {} holds {}: every rank's optimizer shard is the same size (a truncated "
+               "or over-long file?)", st.m_files[r].string(), st.starts[r + 1] - st.starts[r],
+               st.m_files[0].string(), st.starts[1]);
+  std::error_code ec;
+  if (const auto model_bytes = fs::file_size(dir / "model.bin", ec); !ec)
+    FP8T_CHECK(st.total() * 4 == static_cast<int64_t>(model_bytes),
+               "the optimizer files of {} hold {} elements per moment but model.bin holds {} values: a truncated "
+               "or over-long optimizer file", dir.string(), st.total(), model_bytes / 4);
   return st;
 }
 
@@ -150,9 +173,7 @@ void save_optimizer_state(const fs::path& dir, const Communicator& comm, int zer
   if (comm.rank() != 0) return;
   const nlohmann::json j = {{"m", dtype_name(opt.m().dtype())}, {"v", dtype_name(opt.v().dtype())},
                             {"m_block", kMomentBlock}};
-  std::ofstream out(dir / kStateFile);
-  out << j.dump(2) << "\n";
-  FP8T_CHECK(out.good(), "could not write {}", (dir / kStateFile).string());
+  write_checkpoint_text(dir / kStateFile, j.dump(2) + "\n");
 }
 
 std::string load_optimizer_state(const fs::path& dir, int ckpt_world, int ckpt_zero_stage, AdamW& opt) {

@@ -1,13 +1,17 @@
 // Checkpoints: written to a temporary directory and renamed into place, so a crash mid-write
-// never damages an earlier checkpoint. Layout: checkpoints/step_NNNNNNNN/{model.bin, optim_rankR.bin,
-// state.json}; checkpoints/latest names the newest complete one.
+// never damages an earlier checkpoint. Layout: checkpoints/step_NNNNNNNN/{model.bin, optim_*rankR.bin,
+// state.json, manifest.json, ...}; checkpoints/latest names the newest complete one.
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 
+#include "config/config.h"
 #include "core/tensor.h"
+#include "nn/params.h"
 
 namespace fp8t {
 
@@ -19,19 +23,46 @@ struct CheckpointState {
   std::string config_yaml;   // the resolved config of the run that wrote it
 };
 
-// Rank-0 writes model.bin/state.json; every rank writes its optimizer shard (m then v).
-// All ranks must call it; `finalize` (rank 0, after a barrier) renames the directory into place.
+// ---- writing: every rank writes its files into checkpoint_tmp_dir; rank 0 finalizes after a barrier.
 std::filesystem::path checkpoint_tmp_dir(const std::filesystem::path& run_dir, int step);
-void write_tensor_file(const std::filesystem::path& path, const Tensor& t);  // raw bytes, fsync'd
-void read_tensor_file(const std::filesystem::path& path, Tensor& t);         // size must match
-// Reads the first t.nbytes() of a file at least that large: model.bin is padded to the world size
-// of the run that wrote it, so a single-process reader takes the prefix.
-void read_tensor_prefix(const std::filesystem::path& path, Tensor& t);
+// Writes a file, fsync'd, and returns its CRC32C, computed chunk by chunk as the bytes go out.
+uint32_t write_file_synced(const std::filesystem::path& path, const void* data, size_t n);
+// Writes one checkpoint file, fsync'd, computing its CRC32C while writing; its size and checksum go to a
+// hidden digest file beside it, which finalize_checkpoint collects into manifest.json.
+void write_checkpoint_file(const std::filesystem::path& path, const void* data, size_t n);
+void write_checkpoint_text(const std::filesystem::path& path, std::string_view text);
+void write_tensor_file(const std::filesystem::path& path, const Tensor& t);  // raw bytes
 void write_checkpoint_state(const std::filesystem::path& dir, const CheckpointState& s);
-CheckpointState read_checkpoint_state(const std::filesystem::path& dir);
+// Rank 0, once every rank's files are written: manifest.json last (see checkpoint_manifest.h), then the
+// rename into place and `latest`.
 std::filesystem::path finalize_checkpoint(const std::filesystem::path& run_dir, int step);
 
+// ---- reading
 // The newest complete checkpoint of a run directory (or a checkpoint directory itself).
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_or_ckpt_dir);
+// state.json with every key type- and range-checked; the config it records must parse, describe the
+// same ZeRO stage and reach the step. Errors name state.json, the key and the value.
+CheckpointState read_checkpoint_state(const std::filesystem::path& dir);
+void read_tensor_file(const std::filesystem::path& path, Tensor& t);  // size must match
+// model.bin into P's master weights (and compute copy). The file holds P.numel() values padded to a
+// multiple of `world_size`, the ranks of the run that wrote it; another size is refused, as is a NaN or
+// Inf, named by parameter and element (one pass over the weights on the host).
+void load_model_weights(const std::filesystem::path& dir, int world_size, ParameterStore& P);
+
+// A checkpoint opened to read its model (sample, export): state.json checked, the config it records,
+// the manifest verified against that config; `warning` is set for a checkpoint without a manifest.
+struct ModelCheckpoint {
+  std::filesystem::path dir;
+  CheckpointState state;
+  Config config;
+  std::string warning;
+};
+ModelCheckpoint open_model_checkpoint(const std::filesystem::path& run_or_ckpt_dir);
+
+// ---- checkpoint JSON files: errors name the file, the key and the value found.
+nlohmann::json read_json_object(const std::filesystem::path& path);  // a JSON object, or an Error
+int64_t json_int(const nlohmann::json& obj, const char* key, int64_t lo, int64_t hi,
+                 const std::filesystem::path& file);
+std::string json_string(const nlohmann::json& obj, const char* key, const std::filesystem::path& file);
 
 }  // namespace fp8t

@@ -34,22 +34,19 @@ void write_atomically(const fs::path& path, const std::string& bytes) {
 }  // namespace
 
 ExportStats export_hf_gpt2(const fs::path& checkpoint, const fs::path& out_dir) {
-  const auto dir = latest_checkpoint(checkpoint);
-  FP8T_CHECK(dir, "no complete checkpoint under {} (expected checkpoints/latest or a state.json)",
-             checkpoint.string());
-  const CheckpointState st = read_checkpoint_state(*dir);
-  const Config cfg = parse_config(st.config_yaml, (*dir / "state.json").string());
-  const ModelConfig& m = cfg.model;
+  const ModelCheckpoint ck = open_model_checkpoint(checkpoint);
+  const CheckpointState& st = ck.state;
+  const ModelConfig& m = ck.config.model;
   GPT model(m, Device::cpu(), DType::f32, 1);
-  Tensor& master = model.params().master();
-  read_tensor_prefix(*dir / "model.bin", master);
-  const float* src = master.data<float>();
+  load_model_weights(ck.dir, st.world_size, model.params());
+  const float* src = model.params().master().data<float>();
 
   // Payload in spec order, each tensor F32 little-endian; header lists name, shape and byte range.
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}, {"source", "fp8train"}, {"step", std::to_string(st.step)}};
   std::string payload;
   ExportStats stats;
+  stats.warning = ck.warning;
   for (const ParamSpec& s : model.params().specs()) {
     Shape shape = s.shape;
     if (s.name == "wte") shape[0] = m.vocab_size;  // drop the padding rows

@@ -22,7 +22,7 @@ TEST_CASE("export: a checkpoint becomes HF GPT-2 safetensors and config.json", "
   model.init(9);
   const fs::path tmp = checkpoint_tmp_dir(root, 5);
   write_tensor_file(tmp / "model.bin", model.params().master());
-  write_checkpoint_state(tmp, {5, 3, 1, 0, cfg.to_yaml()});
+  write_checkpoint_state(tmp, {5, 3, 0, 0, cfg.to_yaml()});
   finalize_checkpoint(root, 5);
 
   const ExportStats s = export_hf_gpt2(root, root / "hf");
