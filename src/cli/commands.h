@@ -2,7 +2,16 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <string>
+
+namespace fp8t {
+struct Config;
+}
+
 namespace fp8t::cli {
+
+// What to change when a run of `cfg` runs out of host memory: its size and the keys to lower.
+std::string memory_hint(const Config& cfg);
 
 void add_train(CLI::App& app);
 void add_prepare(CLI::App& app);

@@ -1,14 +1,26 @@
 // fp8train train --config F [--set key=value ...] [--resume RUN_DIR]
-#include <cmath>
 #include <memory>
+#include <new>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "config/config.h"
+#include "core/check.h"
 #include "dist/bootstrap.h"
 #include "train/trainer.h"
 
 namespace fp8t::cli {
+
+std::string memory_hint(const Config& cfg) {
+  const double params = static_cast<double>(cfg.model.parameter_count());
+  return fmt::format(
+      "{}: the model has {:.3g} parameters ({:.2f} GiB as f32 weights, gradients and AdamW moments) and a "
+      "micro-batch holds train.micro_batch x model.seq_len = {} x {} tokens; lower train.micro_batch, "
+      "model.n_layer or model.d_model (fp8train plan shows the memory by category)",
+      cfg.source, params, params * 16 / (1 << 30), cfg.train.micro_batch, cfg.model.seq_len);
+}
 
 void add_train(CLI::App& app) {
   struct Opts {
@@ -22,20 +34,19 @@ void add_train(CLI::App& app) {
   cmd->add_option("--resume", opts->resume, "resume from a run directory or checkpoint directory");
   cmd->callback([opts] {
     Config cfg = load_config(opts->config, opts->sets);
+    const std::vector<std::string> warnings = check_run_inputs(cfg);
     auto comm = bootstrap(cfg);
+    if (comm->rank() == 0)
+      for (const std::string& w : warnings) fmt::print(stderr, "fp8train: warning: {}\n", w);
     std::optional<std::filesystem::path> resume;
     if (!opts->resume.empty()) resume = opts->resume;
-    const TrainResult r = train(cfg, *comm, resume);
-    if (comm->rank() != 0) return;
-    if (std::isfinite(r.first_val_loss)) {
-      std::string others;  // the other validation sets, in config order
-      for (size_t i = 1; i < cfg.data.val.size(); ++i)
-        others += fmt::format(", {} {:.4f}", cfg.data.val[i].name, r.last_val_losses.at(cfg.data.val[i].name));
-      fmt::print("fp8train: done: {} steps, first val_loss {:.4f}, last val_loss {:.4f}{}\n", r.steps,
-                 r.first_val_loss, r.last_val_loss, others);
-    } else
-      fmt::print("fp8train: done: {} steps, last train loss {:.4f} (no validation data)\n", r.steps,
-                 r.last_train_loss);
+    TrainResult r;
+    try {
+      r = train(cfg, *comm, resume);
+    } catch (const std::bad_alloc&) {
+      throw fp8t::Error(fmt::format("out of host memory while building or training the model: {}", memory_hint(cfg)));
+    }
+    if (comm->rank() == 0) fmt::print("{}\n", summary_line(r, cfg));
   });
 }
 

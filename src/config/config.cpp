@@ -1,5 +1,5 @@
-// Run configuration: YAML text -> Config (with --set overrides and validation) and Config -> YAML.
-// Every key is listed once, in visit_fields(); reading, writing and the key schema all walk it.
+// Run configuration: YAML text -> Config, with --set overrides and validation (Config -> YAML is in
+// config_write.cpp). Every key is listed once, in visit_fields(); reading, writing and the key schema walk it.
 #include "config/config.h"
 
 #include <yaml-cpp/yaml.h>
@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "config/config_schema.h"
+#include "config/cross_checks.h"
 #include "config/val_sets.h"
 #include "config/yaml_util.h"
 #include "core/check.h"
@@ -85,21 +86,33 @@ void place(const std::string& path, const YAML::Node& value, const Origin& origi
     if (inserted) return;
     if (origin.override_text.empty() && it->second.origin.override_text.empty())
       fail(origin, path,
-           fmt::format("duplicate key (first set on line {})", it->second.origin.line));
+           fmt::format("duplicate key (first set on line {}); keep one of the two lines",
+                       it->second.origin.line));
     it->second = Entry{value, origin};
   } else {
     unknown_key(origin, path);
   }
 }
 
+// yaml-cpp keeps every pair of a map, duplicates included, and its lookups see only the first; so
+// a key given twice in one map (a section twice, or a key twice in a section) is refused here.
 void flatten(const YAML::Node& map, const std::string& prefix, const Origin& origin, Entries& out) {
+  std::map<std::string, int, std::less<>> seen;  // key -> line of its first occurrence
   for (auto it = map.begin(); it != map.end(); ++it) {
     Origin at = origin;
     if (at.override_text.empty()) at.line = yaml_util::line_of(it->first.Mark());
     if (!it->first.IsScalar())
-      fail(at, prefix.empty() ? "config" : prefix, "keys must be plain names");
-    place(prefix.empty() ? it->first.Scalar() : prefix + "." + it->first.Scalar(), it->second, at,
-          out);
+      fail(at, prefix.empty() ? "config" : prefix,
+           fmt::format("keys must be plain names, got {}", describe(it->first)));
+    const std::string path = prefix.empty() ? it->first.Scalar() : prefix + "." + it->first.Scalar();
+    if (auto [first, inserted] = seen.try_emplace(it->first.Scalar(), at.line); !inserted) {
+      const std::string where = first->second > 0 ? fmt::format(" (first set on line {})", first->second) : "";
+      if (schema().sections.contains(path))
+        fail(at, path, fmt::format("section given twice{}; merge the two into one '{}:' section", where,
+                                   it->first.Scalar()));
+      fail(at, path, fmt::format("duplicate key{}; keep one of the two lines", where));
+    }
+    place(path, it->second, at, out);
   }
 }
 
@@ -110,6 +123,9 @@ void apply_override(const std::string& text, const std::string& source, Entries&
     throw Error(fmt::format("{}: expected KEY=VALUE, e.g. optim.lr=3e-4", origin.where()));
   std::string key = text.substr(0, eq);
   while (!key.empty() && key.back() == ' ') key.pop_back();
+  if (key.empty() || key.front() == '.' || key.back() == '.' || key.find("..") != std::string::npos)
+    throw Error(fmt::format("{}: '{}' is not a key; expected KEY=VALUE with a dotted key, e.g. optim.lr=3e-4",
+                            origin.where(), key));
   YAML::Node value;
   try {
     value = YAML::Load(text.substr(eq + 1));
@@ -129,7 +145,7 @@ class Reader {
     if (!e) return;
     out = e->value.IsNull() ? "" : scalar(key, *e, "a string");
     if (!choices.empty() && std::find(choices.begin(), choices.end(), out) == choices.end())
-      fail(e->origin, key, fmt::format("expected {}, got '{}'", one_of(choices), out));
+      fail(e->origin, key, fmt::format("expected {}, got '{}'", one_of(choices), yaml_util::printable(out)));
   }
 
   template <class I>
@@ -140,11 +156,11 @@ class Reader {
     const std::string& text = scalar(key, *e, "an integer");
     if constexpr (std::is_unsigned_v<I>) {
       auto v = yaml_util::parse_uint(text);
-      if (!v) fail(e->origin, key, fmt::format("expected a non-negative integer, got '{}'", text));
+      if (!v) fail(e->origin, key, fmt::format("expected a non-negative integer, got '{}'", yaml_util::printable(text)));
       out = static_cast<I>(*v);
     } else {
       auto v = yaml_util::parse_int(text);
-      if (!v) fail(e->origin, key, fmt::format("expected an integer, got '{}'", text));
+      if (!v) fail(e->origin, key, fmt::format("expected an integer, got '{}'", yaml_util::printable(text)));
       if constexpr (sizeof(I) < sizeof(int64_t)) {
         if (*v < std::numeric_limits<I>::min() || *v > std::numeric_limits<I>::max())
           fail(e->origin, key,
@@ -166,7 +182,7 @@ class Reader {
     if (!e) return;
     const std::string& text = scalar(key, *e, "true or false");
     auto v = yaml_util::parse_bool(text);
-    if (!v) fail(e->origin, key, fmt::format("expected true or false, got '{}'", text));
+    if (!v) fail(e->origin, key, fmt::format("expected true or false, got '{}'", yaml_util::printable(text)));
     out = *v;
   }
 
@@ -229,13 +245,14 @@ class Reader {
     const std::string& text = scalar(key, e, one_of(choices));
     for (size_t i = 0; i < choices.size(); ++i)
       if (choices[i] == text) return i;
-    fail(e.origin, key, fmt::format("expected {}, got '{}'", one_of(choices), text));
+    fail(e.origin, key, fmt::format("expected {}, got '{}'", one_of(choices), yaml_util::printable(text)));
   }
   static double number(std::string_view key, const YAML::Node& node, const Origin& at,
                        Range range) {
     if (!node.IsScalar()) fail(at, key, fmt::format("expected a number, got {}", describe(node)));
     auto v = yaml_util::parse_double(node.Scalar());
-    if (!v) fail(at, key, fmt::format("expected a number, got '{}'", node.Scalar()));
+    if (!v) fail(at, key, fmt::format("expected a number, got '{}'",
+                                      yaml_util::printable(node.Scalar())));
     if (!range.contains(*v))
       fail(at, key, fmt::format("expected a number {}, got {}", range.str(), *v));
     return *v;
@@ -251,120 +268,86 @@ class Reader {
   const Entries& entries_;
 };
 
-// Checks that span several keys; the error points at the first of `keys` that was set.
-void check_cross_fields(const Config& c, const Entries& entries, const std::string& source) {
-  auto origin_of = [&](std::initializer_list<std::string_view> keys) {
-    for (auto k : keys)
-      if (auto it = entries.find(k); it != entries.end()) return std::pair{k, it->second.origin};
-    return std::pair{*keys.begin(), Origin{source, 0, {}}};
-  };
-  const ModelConfig& m = c.model;
-  if (m.d_model % m.n_head != 0) {
-    auto [key, at] = origin_of({"model.d_model", "model.n_head"});
-    fail(at, key,
-         fmt::format("d_model = {} must be divisible by n_head = {}", m.d_model, m.n_head));
-  }
-  const int64_t per_micro = int64_t{c.train.micro_batch} * m.seq_len;
-  const int64_t total = c.train.total_batch_tokens;
-  if (total != 0 && total % per_micro != 0) {
-    auto [key, at] = origin_of({"train.total_batch_tokens"});
-    int64_t lower = total / per_micro * per_micro, upper = lower + per_micro;
-    int64_t nearest = (lower > 0 && total - lower <= upper - total) ? lower : upper;
-    fail(at, key,
-         fmt::format("{} must be 0 or a multiple of micro_batch * seq_len = {} * {} = {}; "
-                     "nearest valid value: {}",
-                     total, c.train.micro_batch, m.seq_len, per_micro, nearest));
-  }
-}
-
-// Emits every field; doubles in their shortest round-trip form, strings quoted.
-class Writer {
- public:
-  explicit Writer(YAML::Emitter& out) : out_(out), nested_(out) {}
-  void finish() { nested_.finish(); }
-
-  void operator()(std::string_view key, const std::string& v, Choices = {}) {
-    nested_.key(key);
-    out_ << YAML::DoubleQuoted << v;
-  }
-  template <class I>
-    requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
-  void operator()(std::string_view key, const I& v, Range = {}) {
-    nested_.key(key);
-    out_ << fmt::format("{}", v);
-  }
-  void operator()(std::string_view key, const double& v, Range = {}) {
-    nested_.key(key);
-    out_ << yaml_util::format_double(v);
-  }
-  void operator()(std::string_view key, const bool& v) {
-    nested_.key(key);
-    out_ << v;
-  }
-  template <class E>
-    requires std::is_enum_v<E>
-  void operator()(std::string_view key, const E& v) {
-    nested_.key(key);
-    out_ << std::string(names_of(E{})[static_cast<size_t>(v)]);
-  }
-  void operator()(std::string_view key, const Device& v) {
-    nested_.key(key);
-    out_ << std::string(kDeviceNames[v.is_cpu() ? 0 : 1]);
-  }
-  void operator()(std::string_view key, const std::vector<std::string>& v, Choices) {
-    nested_.key(key);
-    out_ << YAML::Flow << v;
-  }
-  void operator()(std::string_view key, const std::vector<ValSet>& v) {
-    nested_.key(key);
-    write_val_sets(out_, v);
-  }
-  void pair(std::string_view key, const double& a, const double& b, Range) {
-    nested_.key(key);
-    out_ << YAML::Flow << YAML::BeginSeq << yaml_util::format_double(a)
-         << yaml_util::format_double(b) << YAML::EndSeq;
-  }
-
- private:
-  YAML::Emitter& out_;
-  yaml_util::NestedEmitter nested_;
-};
-
 }  // namespace
 
-std::string Config::to_yaml() const {
-  YAML::Emitter out;
-  Writer writer(out);
-  visit_fields(*this, writer);
-  writer.finish();
-  return std::string(out.c_str()) + "\n";
+std::string Config::where(std::string_view key) const {
+  // A part of a value (data.val.<set>) came from where its key did.
+  for (std::string_view k = key;;) {
+    if (auto it = origins.find(k); it != origins.end()) return fmt::format("{}: {}", it->second, key);
+    const size_t dot = k.rfind('.');
+    if (dot == std::string_view::npos) return fmt::format("{}: {}", source, key);
+    k = k.substr(0, dot);
+  }
 }
 
-Config parse_config(const std::string& yaml_text, const std::string& source,
-                    const std::vector<std::string>& overrides) {
-  YAML::Node root;
+namespace {
+
+// The one YAML document of a config. A second one is refused rather than silently dropped
+// (yaml-cpp's Load reads only the first); empty documents, as a trailing '---' makes, are ignored.
+YAML::Node load_document(const std::string& yaml_text, const std::string& source) {
+  std::vector<YAML::Node> docs;
   try {
-    root = YAML::Load(yaml_text);
+    docs = YAML::LoadAll(yaml_text);
   } catch (const YAML::Exception& e) {
+    // yaml-cpp says only "bad file" when nesting exceeds its depth limit.
+    const std::string what =
+        e.msg == "bad file" ? "the document nests too deeply or leaves a bracket open" : e.msg;
     throw Error(fmt::format("{}: YAML syntax error: {}",
-                            Origin{source, yaml_util::line_of(e.mark), {}}.where(), e.msg));
+                            Origin{source, yaml_util::line_of(e.mark), {}}.where(), what));
   }
+  YAML::Node root;
+  for (const YAML::Node& doc : docs) {
+    if (doc.IsNull()) continue;
+    if (root.IsDefined() && !root.IsNull())
+      fail(Origin{source, yaml_util::line_of(doc.Mark()), {}}, "config",
+           fmt::format("a second YAML document (after a '---' line) starts here, and the one on line {} "
+                       "is the config; a config is one document: delete the '---' and merge the two",
+                       yaml_util::line_of(root.Mark())));
+    root = doc;
+  }
+  return root;
+}
+
+// from_file: a file must set at least one key (an empty file is a mistake, not "all defaults").
+Config parse(const std::string& yaml_text, const std::string& source,
+             const std::vector<std::string>& overrides, bool from_file) {
+  const YAML::Node root = load_document(yaml_text, source);
   Entries entries;
   if (root.IsMap()) {
     flatten(root, "", Origin{source, 0, {}}, entries);
-  } else if (!root.IsNull()) {
+  } else if (root.IsDefined() && !root.IsNull()) {
     fail(Origin{source, yaml_util::line_of(root.Mark()), {}}, "config",
          fmt::format("expected a map of sections ({}), got {}",
                      fmt::join(schema().children(""), ", "), describe(root)));
   }
+  if (from_file && entries.empty())
+    throw Error(fmt::format(
+        "{}: the config file sets no keys (it is empty, or only comments and empty sections); a run "
+        "needs at least data.train: start from configs/tiny-cpu.yaml",
+        source));
   for (const auto& o : overrides) apply_override(o, source, entries);
 
   Config cfg;
   cfg.source = source;
+  for (const auto& [key, entry] : entries) cfg.origins.emplace(key, entry.origin.where());
   Reader reader(entries);
   visit_fields(cfg, reader);
-  check_cross_fields(cfg, entries, source);
+  check_cross_fields(cfg, [&](std::initializer_list<std::string_view> keys) {
+    for (auto k : keys)
+      if (auto it = entries.find(k); it != entries.end()) return std::pair{k, it->second.origin};
+    return std::pair{*keys.begin(), Origin{source, 0, {}}};
+  });
   return cfg;
+}
+
+// A config is a short text file; anything else (a token shard, a checkpoint) is a wrong path.
+constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& source,
+                    const std::vector<std::string>& overrides) {
+  return parse(yaml_text, source, overrides, false);
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
@@ -373,11 +356,21 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     throw Error(fmt::format("{}: config file not found", path));
   if (!std::filesystem::is_regular_file(path, ec))
     throw Error(fmt::format("{}: config path is not a regular file", path));
+  const std::uintmax_t bytes = std::filesystem::file_size(path, ec);
+  if (!ec && bytes > kMaxConfigBytes)
+    throw Error(fmt::format("{}: the config file is {} bytes, more than the {} a YAML run config may "
+                            "be; is this the right file?",
+                            path, bytes, kMaxConfigBytes));
   std::ifstream in(path);
   if (!in) throw Error(fmt::format("{}: cannot open config file: {}", path, std::strerror(errno)));
   std::stringstream text;
   text << in.rdbuf();
-  return parse_config(text.str(), path, overrides);
+  if (in.bad()) throw Error(fmt::format("{}: cannot read config file: {}", path, std::strerror(errno)));
+  const std::string content = text.str();
+  if (const size_t nul = content.find('\0'); nul != std::string::npos)
+    throw Error(fmt::format("{}: byte {} is a NUL: this is a binary file, not a YAML run config", path,
+                            nul));
+  return parse(content, path, overrides, true);
 }
 
 }  // namespace fp8t

@@ -2,7 +2,10 @@
 // Unknown keys, wrong types and out-of-range values are errors naming the file, line and key.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/device.h"
@@ -16,6 +19,7 @@ struct RunConfig {
   Device device = Device::cpu();     // "cpu" or "cuda" (the local rank picks the GPU index)
   int log_every = 1;                 // console/log line every N steps (metrics.jsonl gets every step)
   bool gemm_autotune = false;        // CUDA: time cuBLASLt's candidate algorithms per GEMM shape, keep the fastest
+  double memory_limit_gib = 0;       // CUDA: cap the device memory pool at this many GiB (0: the whole card)
 };
 
 struct ModelConfig {
@@ -26,6 +30,9 @@ struct ModelConfig {
   int vocab_size = 50257;    // real vocabulary; the embedding is padded to a multiple of 128
   int seq_len = 1024;        // context length T
   int padded_vocab() const { return (vocab_size + 127) / 128 * 128; }
+  // As GPT::num_parameters counts them (padded vocabulary rows excluded); INT64_MAX when the count
+  // does not fit in 64 bits (a loaded config never gets there: see the cross-field checks).
+  int64_t parameter_count() const;
 };
 
 // One validation set: every evaluation reports its loss under `name`.
@@ -68,6 +75,7 @@ struct TrainConfig {
   int checkpoint_every = 0;        // 0 = only at the end; -1 = never (benchmarks)
   Recompute recompute = Recompute::none;  // see Recompute
   bool skip_nonfinite_steps = false;      // skip an optimizer step with NaN/Inf instead of stopping
+  int max_skipped_steps = 5;              // with skip_nonfinite_steps: stop after this many skips in a row
 };
 
 enum class Schedule { cosine, linear, constant };
@@ -96,8 +104,11 @@ enum class ComputeMode { fp32, bf16, fp8 };
 enum class Fp8Recipe { hybrid, e4m3 };  // hybrid: E4M3 forward, E5M2 gradients
 enum class Fp8Scaling { delayed, current };
 enum class AmaxAlgo { max, most_recent };
-// What FP8 blocks keep for backward: fp8 = the FP8 linears' inputs as E4M3 codes; fp8_all = also the
-// GELU input and attention's qkv (fp8/saved.h); bf16 = the linears' inputs in the compute dtype.
+// What FP8 blocks keep for backward: fp8 = the FP8 linears' inputs as E4M3 codes; fp8_all = every saved
+// tensor FP8 or recomputed: attention's qkv and the GELU input as codes (fp8/saved.h), attention's output
+// once (the projection's codes serve attention's backward too), the LayerNorm-fused and GELU-fused
+// linears' input codes cast again in backward; only the block input and the post-attention residual stay
+// in the compute dtype (the FP8 configs' default); bf16 = the linears' inputs in the compute dtype.
 enum class ActivationStorage { fp8, bf16, fp8_all };
 
 struct Fp8Config {
@@ -144,14 +155,26 @@ struct Config {
   PrecisionConfig precision;
   DistributedConfig distributed;
   std::string source;  // the file it came from ("<string>" for text)
+  // Where each key that was set came from: "f.yaml, line 12" or "f.yaml: --set a.b=v".
+  std::map<std::string, std::string, std::less<>> origins;
 
   std::string to_yaml() const;  // the resolved config, every key, loadable by load_config
+  // "<origin>: <key>", or "<source>: <key>" for a key left at its default: how messages name a key.
+  // A key below a set key (data.val.<set>) takes that key's origin.
+  std::string where(std::string_view key) const;
 };
 
 // Loads `path`, applies overrides "a.b=value" (each must name an existing key), validates.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
-// Same from YAML text; `source` names it in error messages.
+// Same from YAML text; `source` names it in error messages. Unlike a file, empty text is allowed
+// and gives the defaults.
 Config parse_config(const std::string& yaml_text, const std::string& source,
                     const std::vector<std::string>& overrides = {});
+
+// What `fp8train train` needs beyond a valid config, checked before anything is built: data.train
+// is set and every data glob matches files; run.out_dir is (or can be made) a writable directory,
+// created here; a CPU run's model state fits in host memory. Throws Error naming the key and the
+// path. Returns warnings for rank 0 to print (a data.val set that reads data.train's shards).
+std::vector<std::string> check_run_inputs(const Config& cfg);
 
 }  // namespace fp8t

@@ -66,6 +66,12 @@ constexpr Range at_least(double lo) { return {lo}; }
 constexpr Range above(double lo) { return {lo, std::numeric_limits<double>::infinity(), true}; }
 constexpr Range between(double lo, double hi) { return {lo, hi}; }
 inline constexpr Range kBetaRange{0, 1, false, true};  // [0, 1)
+// padded_vocab() (a multiple of 128) must stay an int.
+inline constexpr double kMaxVocabSize = 2147483647 - 127;
+// A bucket is one MPI/NCCL count of f32 elements: below 2^31.
+inline constexpr Range kBucketMbRange{0, 4096, true, false};  // (0, 4096]
+// A deadline of steady_clock (int64 nanoseconds) must not overflow: at most 30 days.
+inline constexpr Range kTimeoutRange{0, 30 * 86400, true, false};
 
 // The schema: every key, its field, and its valid values. V is a Reader, Writer or KeyLister.
 template <class C, class V>
@@ -77,12 +83,13 @@ void visit_fields(C& c, V& v) {
   v("run.device", r.device);
   v("run.log_every", r.log_every, at_least(1));
   v("run.gemm_autotune", r.gemm_autotune);
+  v("run.memory_limit_gib", r.memory_limit_gib, at_least(0));
   auto& m = c.model;
   v("model.arch", m.arch, Choices(kArchNames));
   v("model.n_layer", m.n_layer, at_least(1));
   v("model.n_head", m.n_head, at_least(1));
   v("model.d_model", m.d_model, at_least(1));
-  v("model.vocab_size", m.vocab_size, at_least(1));
+  v("model.vocab_size", m.vocab_size, between(1, kMaxVocabSize));
   v("model.seq_len", m.seq_len, at_least(1));
   v("data.train", c.data.train);
   v("data.val", c.data.val);
@@ -96,6 +103,7 @@ void visit_fields(C& c, V& v) {
   v("train.checkpoint_every", t.checkpoint_every, at_least(-1));
   v("train.recompute", t.recompute);
   v("train.skip_nonfinite_steps", t.skip_nonfinite_steps);
+  v("train.max_skipped_steps", t.max_skipped_steps, at_least(1));
   auto& o = c.optim;
   v("optim.lr", o.lr, above(0));
   v("optim.min_lr_ratio", o.min_lr_ratio, between(0, 1));
@@ -111,9 +119,9 @@ void visit_fields(C& c, V& v) {
   v("precision.grad_dtype", c.precision.grad_dtype);
   v("precision.fp8.format", f.format);
   v("precision.fp8.scaling", f.scaling);
-  v("precision.fp8.amax_history_len", f.amax_history_len, at_least(1));
+  v("precision.fp8.amax_history_len", f.amax_history_len, between(1, 65536));
   v("precision.fp8.amax_compute_algo", f.amax_compute_algo);
-  v("precision.fp8.margin", f.margin, at_least(0));
+  v("precision.fp8.margin", f.margin, between(0, 64));
   v("precision.fp8.layers", f.layers, Choices(kLayerNames));
   v("precision.fp8.bf16_first_blocks", f.bf16_first_blocks, at_least(0));
   v("precision.fp8.bf16_last_blocks", f.bf16_last_blocks, at_least(0));
@@ -122,8 +130,8 @@ void visit_fields(C& c, V& v) {
   v("precision.fp8.monitor_every", f.monitor_every, at_least(0));
   auto& d = c.distributed;
   v("distributed.zero_stage", d.zero_stage, between(0, 2));
-  v("distributed.bucket_mb", d.bucket_mb, above(0));
-  v("distributed.timeout_s", d.timeout_s, above(0));
+  v("distributed.bucket_mb", d.bucket_mb, kBucketMbRange);
+  v("distributed.timeout_s", d.timeout_s, kTimeoutRange);
 }
 
 inline std::pair<std::string, std::string> split_last(std::string_view path) {

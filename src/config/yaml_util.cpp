@@ -43,6 +43,23 @@ std::optional<T> parse_whole(std::string_view text) {
 
 }  // namespace
 
+std::string printable(std::string_view text) {
+  constexpr size_t kMaxShown = 80;
+  size_t shown = std::min(text.size(), kMaxShown);
+  while (shown > 0 && shown < text.size() && (static_cast<unsigned char>(text[shown]) & 0xC0) == 0x80)
+    --shown;  // never cut a UTF-8 sequence
+  std::string out;
+  for (size_t i = 0; i < shown; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f)
+      out += fmt::format("\\x{:02x}", c);
+    else
+      out += text[i];
+  }
+  if (shown < text.size()) out += fmt::format("... ({} characters)", text.size());
+  return out;
+}
+
 std::optional<int64_t> parse_int(std::string_view text) { return parse_whole<int64_t>(text); }
 std::optional<uint64_t> parse_uint(std::string_view text) { return parse_whole<uint64_t>(text); }
 
@@ -63,7 +80,7 @@ std::optional<bool> parse_bool(std::string_view text) {
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Scalar:
-      return fmt::format("'{}'", node.Scalar());
+      return fmt::format("'{}'", printable(node.Scalar()));
     case YAML::NodeType::Sequence:
       return "a list";
     case YAML::NodeType::Map:

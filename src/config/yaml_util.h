@@ -32,6 +32,7 @@ std::optional<double> parse_double(std::string_view text);  // finite values onl
 std::optional<bool> parse_bool(std::string_view text);      // true/false, yes/no, on/off
 
 std::string describe(const YAML::Node& node);  // "'abc'", "a list", "a map" or "nothing"
+std::string printable(std::string_view text);  // control bytes escaped, cut after 80 characters
 std::string format_double(double value);       // shortest text that reads back to `value`
 size_t edit_distance(std::string_view a, std::string_view b);
 

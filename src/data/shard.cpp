@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <new>
 
 #include "core/check.h"
 
@@ -36,6 +39,10 @@ int64_t read_header(std::FILE* f, const std::string& path) {
              "token shard {}: file is shorter than the {}-byte header; it is truncated or not a "
              "shard: {}",
              path, kShardHeaderInts * sizeof(int32_t), kRegenerate);
+  FP8T_CHECK(header[0] != static_cast<int32_t>(__builtin_bswap32(static_cast<uint32_t>(kShardMagic))),
+             "token shard {}: the magic {} is byte-swapped: the shard was written in big-endian "
+             "order, and this format is little-endian: {}",
+             path, kShardMagic, kRegenerate);
   FP8T_CHECK(header[0] == kShardMagic,
              "token shard {}: bad magic {} (expected {}); this is not an llm.c token shard: {}",
              path, header[0], kShardMagic, kRegenerate);
@@ -48,7 +55,12 @@ int64_t read_header(std::FILE* f, const std::string& path) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   FP8T_CHECK(!ec, "token shard {}: cannot stat: {}", path, ec.message());
-  const uint64_t expected = kShardHeaderInts * sizeof(int32_t) + count * sizeof(uint16_t);
+  const uint64_t header_bytes = kShardHeaderInts * sizeof(int32_t);
+  FP8T_CHECK(size < header_bytes || (size - header_bytes) % sizeof(uint16_t) == 0,
+             "token shard {}: {} bytes follow the header, an odd number, but tokens are 2-byte "
+             "uint16 (the header counts {} tokens); the file is truncated or not a token shard: {}",
+             path, size - header_bytes, count, kRegenerate);
+  const uint64_t expected = header_bytes + count * sizeof(uint16_t);
   FP8T_CHECK(size == expected,
              "token shard {}: size is {} bytes but the header's count of {} tokens implies {} "
              "bytes; the file is truncated or corrupt: {}",
@@ -57,12 +69,29 @@ int64_t read_header(std::FILE* f, const std::string& path) {
 }
 
 File open_shard(const std::string& path) {
-  FP8T_CHECK(std::filesystem::is_regular_file(path),
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  FP8T_CHECK(std::filesystem::exists(status),
              "token shard {}: no such file; run scripts/prepare_data.sh or fix the data path",
              path);
+  FP8T_CHECK(std::filesystem::is_regular_file(status),
+             "token shard {}: not a regular file (a directory?); a data glob must match only token "
+             "shard files",
+             path);
   File f(std::fopen(path.c_str(), "rb"));
-  FP8T_CHECK(f != nullptr, "token shard {}: cannot open for reading", path);
+  FP8T_CHECK(f != nullptr, "token shard {}: cannot open for reading: {}", path, std::strerror(errno));
   return f;
+}
+
+// The largest id: a max-reduce that compiles to packed unsigned 16-bit maxima (omp simd, so that it
+// is vectorized at -O2 too).
+uint16_t max_token(std::span<const uint16_t> tokens) {
+  const uint16_t* p = tokens.data();
+  const size_t n = tokens.size();
+  uint16_t m = 0;
+#pragma omp simd reduction(max : m)
+  for (size_t i = 0; i < n; ++i) m = p[i] > m ? p[i] : m;
+  return m;
 }
 
 int64_t shard_token_count(const std::string& path) {
@@ -127,33 +156,68 @@ void write_shard(const std::string& path, std::span<const uint16_t> tokens) {
 std::vector<uint16_t> read_shard(const std::string& path) {
   File f = open_shard(path);
   const int64_t count = read_header(f.get(), path);
-  std::vector<uint16_t> tokens(count);
+  std::vector<uint16_t> tokens;
+  try {
+    tokens.resize(count);
+  } catch (const std::bad_alloc&) {
+    FP8T_FAIL("token shard {}: out of host memory for its {} tokens ({:.1f} MiB); the loader holds one "
+              "shard at a time per loader: write smaller shards",
+              path, count, count * 2.0 / (1 << 20));
+  }
   const size_t got = std::fread(tokens.data(), sizeof(uint16_t), tokens.size(), f.get());
   FP8T_CHECK(got == tokens.size(), "token shard {}: read {} of {} tokens: {}", path, got, count,
              kRegenerate);
   return tokens;
 }
 
-std::vector<std::string> expand_glob(const std::string& pattern) {
+void check_token_ids(std::span<const uint16_t> tokens, int vocab_size, const std::string& path) {
+  FP8T_CHECK(vocab_size >= 1, "token shard {}: vocabulary size {} must be >= 1", path, vocab_size);
+  if (vocab_size >= kAnyTokenId || tokens.empty() || max_token(tokens) < vocab_size) return;
+  const auto bad = std::find_if(tokens.begin(), tokens.end(),
+                                [&](uint16_t id) { return id >= vocab_size; });
+  const int64_t position = bad - tokens.begin();
+  const int padded = (vocab_size + 127) / 128 * 128;
+  const std::string padding =
+      *bad < padded ? fmt::format("; ids {}..{} are the embedding's padding rows, never a token",
+                                  vocab_size, padded - 1)
+                    : "";
+  FP8T_FAIL("token shard {}: token {} (byte offset {}) is id {}, outside the model's vocabulary of {} "
+            "ids (model.vocab_size){}; the shard was made with another tokenizer, or "
+            "model.vocab_size is too small: re-tokenize the data or raise model.vocab_size above {}",
+            path, position, kShardHeaderInts * sizeof(int32_t) + position * sizeof(uint16_t), *bad,
+            vocab_size, padding, *bad);
+}
+
+std::vector<std::string> glob_files(const std::string& pattern) {
   glob_t g{};
   const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
   std::vector<std::string> paths;
   if (rc == 0) paths.assign(g.gl_pathv, g.gl_pathv + g.gl_pathc);
   ::globfree(&g);
-  FP8T_CHECK(rc != GLOB_NOMATCH && !paths.empty(),
-             "no files match '{}'; check the data paths in the config or run "
-             "scripts/prepare_data.sh",
-             pattern);
-  FP8T_CHECK(rc == 0, "cannot expand '{}': glob() failed with code {} (unreadable directory?)",
-             pattern, rc);
+  FP8T_CHECK(rc == 0 || rc == GLOB_NOMATCH,
+             "cannot expand '{}': glob() failed with code {} (unreadable directory?)", pattern, rc);
   // glob(3) sorts by the locale's collation; plain byte order is the same everywhere.
   std::sort(paths.begin(), paths.end());
   return paths;
 }
 
+std::vector<std::string> expand_glob(const std::string& pattern) {
+  FP8T_CHECK(!pattern.empty(),
+             "no token shard glob given (an empty data.train or data.val); set the data paths in "
+             "the config");
+  std::vector<std::string> paths = glob_files(pattern);
+  FP8T_CHECK(!paths.empty(),
+             "no files match '{}'; check the data paths in the config or run "
+             "scripts/prepare_data.sh",
+             pattern);
+  return paths;
+}
+
 ShardLoader::ShardLoader(const std::string& pattern, int B, int T, int rank, int world,
-                         uint64_t seed_or_0)
-    : files_(expand_glob(pattern)), B_(B), T_(T), rank_(rank), world_(world), seed_(seed_or_0) {
+                         uint64_t seed_or_0, int vocab_size)
+    : files_(expand_glob(pattern)), B_(B), T_(T), rank_(rank), world_(world), seed_(seed_or_0),
+      vocab_size_(vocab_size) {
+  FP8T_CHECK(vocab_size >= 1, "data loader: vocabulary size {} must be >= 1", vocab_size);
   FP8T_CHECK(B > 0 && T > 0, "data loader: batch size B={} and sequence length T={} must be > 0",
              B, T);
   FP8T_CHECK(world > 0 && rank >= 0 && rank < world,
@@ -162,9 +226,14 @@ ShardLoader::ShardLoader(const std::string& pattern, int B, int T, int rank, int
   const int64_t group = int64_t{world} * B * T;
   for (const std::string& path : files_) {
     const int64_t n = shard_token_count(path);
+    FP8T_CHECK(n > 0,
+               "token shard {}: holds no tokens (its header counts 0); remove it from the glob or "
+               "regenerate it",
+               path);
     FP8T_CHECK(n >= group + 1,
                "token shard {}: holds {} tokens, but one step over {} ranks with B={} T={} needs "
-               "world*B*T+1 = {}; use smaller B or T, fewer ranks, or larger shards",
+               "world*B*T+1 = {}; use a smaller train.micro_batch or model.seq_len, fewer ranks, or "
+               "larger shards",
                path, n, world, B, T, group + 1);
     batches_per_epoch_ += (n - 1) / group;
   }
@@ -185,7 +254,9 @@ void ShardLoader::load_shard(size_t order_index) {
   order_pos_ = order_index;
   const size_t file = shard_order_[order_index];
   if (file != loaded_file_) {  // a single-shard glob never reloads
-    tokens_ = read_shard(files_[file]);
+    std::vector<uint16_t> tokens = read_shard(files_[file]);
+    check_token_ids(tokens, vocab_size_, files_[file]);
+    tokens_ = std::move(tokens);
     loaded_file_ = file;
   }
   const int64_t groups = (static_cast<int64_t>(tokens_.size()) - 1) / (int64_t{world_} * B_ * T_);

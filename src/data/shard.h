@@ -21,7 +21,17 @@ void write_shard(const std::string& path, std::span<const uint16_t> tokens);
 // or a size that disagrees with the header's token count.
 std::vector<uint16_t> read_shard(const std::string& path);
 
-// POSIX glob(3), sorted; throws Error naming the pattern when nothing matches.
+// A vocabulary limit that admits every uint16 id (no check).
+inline constexpr int kAnyTokenId = 65536;
+
+// Throws Error naming `path`, the first position (counted from the shard's first token) and its id
+// when a token is >= vocab_size; ids of the embedding's padding rows (vocab_size .. padded) are
+// outside the vocabulary too. One vectorized max-reduce pass; the position is searched only then.
+void check_token_ids(std::span<const uint16_t> tokens, int vocab_size, const std::string& path);
+
+// POSIX glob(3), sorted byte-wise; empty when nothing matches; throws Error when glob() fails.
+std::vector<std::string> glob_files(const std::string& pattern);
+// The same, but nothing matching is an Error naming the pattern.
 std::vector<std::string> expand_glob(const std::string& pattern);
 
 // Serves next-token batches from the shards of a glob, one shard in memory at a time.
@@ -31,9 +41,11 @@ std::vector<std::string> expand_glob(const std::string& pattern);
 // the last target); then the next shard starts, and after the last one the first comes again.
 // With seed != 0 the shard order and the group order inside each shard are shuffled per epoch
 // from the seed alone, so every rank (same seed) still agrees on the order.
+// Each shard's token ids are checked against vocab_size when it is loaded (check_token_ids).
 class ShardLoader {
  public:
-  ShardLoader(const std::string& pattern, int B, int T, int rank, int world, uint64_t seed_or_0);
+  ShardLoader(const std::string& pattern, int B, int T, int rank, int world, uint64_t seed_or_0,
+              int vocab_size = kAnyTokenId);
 
   // inputs and targets each hold B*T tokens; targets[i] is the token after inputs[i].
   void next_batch(int32_t* inputs, int32_t* targets);  // (B, T) each
@@ -52,6 +64,7 @@ class ShardLoader {
   std::vector<std::string> files_;
   int B_, T_, rank_, world_;
   uint64_t seed_;
+  int vocab_size_;
   int64_t batches_per_epoch_ = 0;
 
   int64_t epoch_ = 0;
