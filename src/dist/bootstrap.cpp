@@ -24,20 +24,35 @@ int env_int(const char* name, int fallback) {
 
 ProcessInfo detect_process() {
   ProcessInfo p;
+  // Inside a Slurm job step srun sets SLURM_STEP_NUM_TASKS; a batch script (the batch step) has SLURM_PROCID
+  // and SLURM_NTASKS of the whole allocation but no step variables, and runs as one process.
+  const int step_tasks = env_int("SLURM_STEP_NUM_TASKS", 0);
   if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK")) {
     p.launcher = "mpi";
     // srun --mpi=pmix sets PMIX_RANK but no size variable: Slurm's task count is the world.
-    p.world = env_int("OMPI_COMM_WORLD_SIZE", env_int("PMI_SIZE", env_int("SLURM_NTASKS", 1)));
+    const int slurm_tasks = step_tasks > 0 ? step_tasks : env_int("SLURM_NTASKS", 1);
+    p.world = env_int("OMPI_COMM_WORLD_SIZE", env_int("PMI_SIZE", slurm_tasks));
     p.rank = env_int("OMPI_COMM_WORLD_RANK", env_int("PMI_RANK", env_int("PMIX_RANK", 0)));
     p.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("MPI_LOCALRANKID", env_int("SLURM_LOCALID", 0)));
-  } else if (std::getenv("SLURM_PROCID") && env_int("SLURM_NTASKS", 1) > 1) {
+  } else if (std::getenv("SLURM_PROCID") && step_tasks > 1) {
     p.launcher = "slurm";
-    p.world = env_int("SLURM_NTASKS", 1);
+    p.world = step_tasks;
     p.rank = env_int("SLURM_PROCID", 0);
     p.local_rank = env_int("SLURM_LOCALID", 0);
   }
   return p;
 }
+
+namespace {
+// The file through which ranks started by srun without MPI meet (the NCCL id on GPU, rank 0's address on
+// CPU): in the run directory, which every node must share; the name carries the Slurm job and step, so a
+// rerun does not pick up a stale one.
+std::filesystem::path rendezvous_file(const Config& cfg, const char* what) {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* step = std::getenv("SLURM_STEP_ID");
+  return std::filesystem::path(cfg.run.out_dir) / fmt::format(".{}_{}_{}", what, job ? job : "0", step ? step : "0");
+}
+}  // namespace
 
 #ifndef FP8T_HAVE_MPI
 std::unique_ptr<Communicator> make_mpi_communicator() {
@@ -51,15 +66,10 @@ std::unique_ptr<Communicator> make_nccl_communicator(int rank, int world, int de
                                                      const std::function<void(std::span<char>)>& share_id);
 
 namespace {
-// Under srun without MPI: rank 0 writes the NCCL id to a file in the run directory (shared by the
-// nodes) and the others poll for it. The name carries the Slurm job and step, so reruns don't
-// pick up a stale id.
+// Under srun without MPI: rank 0 writes the NCCL id to the rendezvous file and the others poll for it.
 void share_id_through_file(std::span<char> id, const ProcessInfo& p, const Config& cfg) {
-  const char* job = std::getenv("SLURM_JOB_ID");
-  const char* step = std::getenv("SLURM_STEP_ID");
-  const std::filesystem::path dir = cfg.run.out_dir;
-  std::filesystem::create_directories(dir);
-  const auto path = dir / fmt::format(".nccl_id_{}_{}", job ? job : "0", step ? step : "0");
+  const auto path = rendezvous_file(cfg, "nccl_id");
+  std::filesystem::create_directories(path.parent_path());
   if (p.rank == 0) {
     const auto tmp = path.string() + ".tmp";
     std::ofstream(tmp, std::ios::binary).write(id.data(), static_cast<std::streamsize>(id.size()));
@@ -91,6 +101,11 @@ std::unique_ptr<Communicator> bootstrap(Config& cfg) {
   if (mpi) {
     comm = make_mpi_communicator();
     comm->set_timeout(cfg.distributed.timeout_s);
+    // An MPI without the launcher's PMI flavour starts every rank as a world of one (Debian's Open MPI
+    // speaks PMIx, not PMI-2): each would train alone and all would write one run directory.
+    FP8T_CHECK(comm->size() == p.world,
+               "the launcher started {} ranks but MPI sees a world of {}: this MPI does not speak the launcher's "
+               "PMI; under srun use --mpi=pmix (Open MPI), or plain srun without --mpi", p.world, comm->size());
   }
   if (cfg.run.device.is_cuda()) {
 #ifdef FP8T_HAVE_NCCL
@@ -113,10 +128,8 @@ std::unique_ptr<Communicator> bootstrap(Config& cfg) {
               p.world);
 #endif
   }
-  FP8T_CHECK(mpi,
-             "{} ranks under srun without MPI on {}: CPU runs need MPI; launch with srun --mpi=pmix (or mpirun), "
-             "or train on CUDA, where srun alone suffices (NCCL)",
-             p.world, cfg.run.device.str());
+  // CPU ranks from plain srun: the CPU counterpart of the NCCL-id file, collectives over TCP.
+  if (!mpi) return make_tcp_communicator(p.rank, p.world, rendezvous_file(cfg, "tcp"), cfg.distributed.timeout_s);
   return comm;
 }
 

@@ -2,6 +2,7 @@
 // or a single process). All operate in place on f32 tensors of the communicator's device.
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -16,7 +17,7 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string backend() const = 0;  // "single", "mpi", "nccl"
+  virtual std::string backend() const = 0;  // "single", "mpi", "tcp", "nccl"
   // t = op over ranks of t.
   virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
   // out (n) = op over ranks of in[rank*n, (rank+1)*n); in has size()*n elements.
@@ -52,5 +53,11 @@ std::unique_ptr<Communicator> make_single_communicator();
 // The MPI communicator over MPI_COMM_WORLD (CPU tensors). Initialises MPI on first use (finalised
 // at exit) unless the caller already did. Only in builds with MPI (FP8T_HAVE_MPI).
 std::unique_ptr<Communicator> make_mpi_communicator();
+
+// The TCP communicator (CPU tensors) for ranks started without MPI (plain srun): rank 0 publishes its
+// address in the `rendezvous` file (on a file system every rank sees), the others connect to it
+// within `timeout_s`; every collective then runs through rank 0.
+std::unique_ptr<Communicator> make_tcp_communicator(int rank, int world, const std::filesystem::path& rendezvous,
+                                                    double timeout_s);
 
 }  // namespace fp8t
