@@ -1,5 +1,5 @@
 // The FP8 amax pass (with the cast prologues), the device scale update from an amax, and the per-tensor
-// dequantize, beside the casts of kernels/fp8_cast.cu.
+// dequantize (also from transposed codes), beside the casts of kernels/fp8_cast.cu.
 #include "core/launch_limits.h"
 #include "kernels/fp8_cast_common.cuh"
 
@@ -27,6 +27,30 @@ __global__ void __launch_bounds__(kThreads)
     }
   } else {
     for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) out[i] = decode(codes[i]);
+  }
+}
+
+// out (cols, rows) = dequant of codes_t (rows, cols) transposed, through a (kTile, kTile) shared tile so
+// that both the code reads and the bf16 writes are coalesced. One block per tile; kThreads / kTile rows
+// of the tile per pass.
+constexpr int kTile = 64;
+template <Fp8Format F>
+__global__ void __launch_bounds__(kThreads)
+    dequantize_transposed_kernel(const uint8_t* __restrict__ codes_t, int64_t rows, int64_t cols,
+                                 const float* scale_inv, bf16* __restrict__ out) {
+  __shared__ uint8_t tile[kTile][kTile + 4];
+  const float s = *scale_inv;
+  const int64_t r0 = int64_t{blockIdx.y} * kTile, c0 = int64_t{blockIdx.x} * kTile;
+  constexpr int kRowsPerPass = kThreads / kTile;
+  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
+  for (int i = ty; i < kTile; i += kRowsPerPass) {  // tile[i][j] = codes_t[r0 + i, c0 + j]
+    const int64_t r = r0 + i, c = c0 + tx;
+    tile[i][tx] = r < rows && c < cols ? codes_t[r * cols + c] : 0;
+  }
+  __syncthreads();
+  for (int j = ty; j < kTile; j += kRowsPerPass) {  // out[c0 + j, r0 + i] = tile[i][j]
+    const int64_t c = c0 + j, r = r0 + tx;
+    if (c < cols && r < rows) out[c * rows + r] = dequant_bf16<F>(tile[tx][j], s);
   }
 }
 
@@ -83,6 +107,8 @@ void fp8_amax(const void* in, DType in_dtype, int64_t n, float* amax, cudaStream
   FP8T_CHECK(input != Fp8CastInput::layernorm || (cols > 0 && n % cols == 0 && ops.mean && ops.rstd && ops.w && ops.b),
              "fp8_amax: the LayerNorm prologue needs cols dividing n = {} (got {}) and mean, rstd, w and b", n, cols);
   FP8T_CHECK(input != Fp8CastInput::dgelu || ops.pre, "fp8_amax: the GELU backward prologue needs pre");
+  FP8T_CHECK(input != Fp8CastInput::saved_gelu && input != Fp8CastInput::saved_dgelu,
+             "fp8_amax: no saved-GELU prologues (take the amax of the bf16 prologue over the restored input)");
   constexpr auto as_is = Fp8CastInput::as_is;
   const auto* in_bf16 = static_cast<const bf16*>(in);
   if (input == Fp8CastInput::layernorm) {
@@ -119,6 +145,20 @@ void fp8_dequantize(const uint8_t* codes, Fp8Format format, int64_t n, const flo
     vec ? launch(dequantize_kernel<Fp8Format::e4m3, true>) : launch(dequantize_kernel<Fp8Format::e4m3, false>);
   else
     vec ? launch(dequantize_kernel<Fp8Format::e5m2, true>) : launch(dequantize_kernel<Fp8Format::e5m2, false>);
+  CUDA_CHECK_LAUNCH();
+}
+
+void fp8_dequantize_transposed(const uint8_t* codes_t, Fp8Format format, int64_t rows, int64_t cols,
+                               const float* scale_inv, __nv_bfloat16* out, cudaStream_t stream) {
+  FP8T_CHECK(rows > 0 && cols > 0 && codes_t && scale_inv && out,
+             "fp8_dequantize_transposed: bad arguments rows={} cols={}", rows, cols);
+  const int64_t gx = ceil_div64(cols, kTile), gy = ceil_div64(rows, kTile);
+  FP8T_CHECK(gx <= kMaxGridX && gy <= kMaxGridYZ, "fp8_dequantize_transposed: ({}, {}) is too large", rows, cols);
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+  if (format == Fp8Format::e4m3)
+    dequantize_transposed_kernel<Fp8Format::e4m3><<<grid, kThreads, 0, stream>>>(codes_t, rows, cols, scale_inv, out);
+  else
+    dequantize_transposed_kernel<Fp8Format::e5m2><<<grid, kThreads, 0, stream>>>(codes_t, rows, cols, scale_inv, out);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -74,7 +74,8 @@ __device__ __forceinline__ int chunk_slot(int c, int q) { return c * kChunks + (
 // padding stays zero: LayerNorm would turn it into b[c]); the thread's 8 columns of ops.w and ops.b and its 4 rows'
 // statistics are read once. kIn dgelu: ops.pre is read beside in (16-byte loads too: kVec also needs it 16-byte
 // aligned), its padding zero as well, and every element read is replaced by dgelu_value_bf16 (padding stays zero); the
-// colsum sums those values.
+// colsum sums those values. kIn saved_gelu and saved_dgelu read pre from ops.pre_codes (8-byte loads: kVec needs them
+// 8-byte aligned) and ops.row_scale_inv instead (saved_gelu does not read in).
 template <Fp8Format F, typename T, bool kVec, bool kColsum, Fp8CastInput kIn>
 __global__ void __launch_bounds__(kThreads)
     cast_transpose_kernel(const T* __restrict__ in, uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
@@ -113,6 +114,48 @@ __global__ void __launch_bounds__(kThreads)
           x[j][e] = dgelu_value_bf16(__uint_as_float(d), __uint_as_float(pre));
         }
       }
+    } else if constexpr (kIn == Fp8CastInput::saved_dgelu) {
+      // Four 16-byte loads of gradients and four 8-byte loads of pre's codes issued before any use.
+      uint4 dq[4];
+      uint2 pc[4];
+      float rs[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t r = r0 + 4 * ty + j;
+        const bool inside = r < rows && c < cols;
+        dq[j] = inside ? *reinterpret_cast<const uint4*>(in + r * cols + c) : make_uint4(0, 0, 0, 0);
+        pc[j] = inside ? *reinterpret_cast<const uint2*>(ops.pre_codes + r * cols + c) : make_uint2(0, 0);
+        rs[j] = inside ? ops.row_scale_inv[r] : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t dw[4] = {dq[j].x, dq[j].y, dq[j].z, dq[j].w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const uint32_t d = e % 2 ? dw[e / 2] & 0xFFFF0000u : dw[e / 2] << 16;
+          const float pre =
+              __bfloat162float(dequant_bf16<Fp8Format::e4m3>(byte_of(e < 4 ? pc[j].x : pc[j].y, e % 4), rs[j]));
+          x[j][e] = dgelu_value_bf16(__uint_as_float(d), pre);
+        }
+      }
+    } else if constexpr (kIn == Fp8CastInput::saved_gelu) {
+      // Four 8-byte loads of codes (and the rows' scales) issued before any use; the padding stays zero.
+      uint2 pc[4];
+      float rs[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t r = r0 + 4 * ty + j;
+        const bool inside = r < rows && c < cols;
+        pc[j] = inside ? *reinterpret_cast<const uint2*>(ops.pre_codes + r * cols + c) : make_uint2(0, 0);
+        rs[j] = inside ? ops.row_scale_inv[r] : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float pre = __bfloat162float(dequant_bf16<Fp8Format::e4m3>(byte_of(e < 4 ? pc[j].x : pc[j].y, e % 4), rs[j]));
+          x[j][e] = __bfloat162float(__float2bfloat16_rn(gelu(pre)));
+        }
     } else {  // the four 16-byte loads are all issued before any use
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -157,7 +200,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int64_t i = r * cols + c + e;
-        x[e] = r < rows && c + e < cols ? cast_input<kIn>(to_float(in[i]), i, r, c + e, ops) : 0.0f;
+        if constexpr (kIn == Fp8CastInput::saved_gelu)  // `in` is not read
+          x[e] = r < rows && c + e < cols ? cast_input<kIn>(0.0f, i, r, c + e, ops) : 0.0f;
+        else
+          x[e] = r < rows && c + e < cols ? cast_input<kIn>(to_float(in[i]), i, r, c + e, ops) : 0.0f;
       }
       codes[j] = convert8<F>(x, scale, st);
       if constexpr (kColsum) {
@@ -253,13 +299,15 @@ template <Fp8Format F, typename T>
 void launch_cast(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t, const float* scale,
                  Fp8CastOutputs stats, Fp8CastInput input, const Fp8CastOperands& ops, cudaStream_t stream) {
   constexpr auto as_is = Fp8CastInput::as_is, gelu = Fp8CastInput::gelu, layernorm = Fp8CastInput::layernorm,
-                 dgelu = Fp8CastInput::dgelu;
+                 dgelu = Fp8CastInput::dgelu, saved_gelu = Fp8CastInput::saved_gelu,
+                 saved_dgelu = Fp8CastInput::saved_dgelu;
   if (out_t || stats.colsum || input != as_is) {
     // (column tiles, row tiles): gridDim.y caps rows at 65535 * 128 = 8388480.
     const dim3 grid(checked_grid(ceil_div64(cols, kTileCols), kMaxGridX, "fp8_cast (tiled)", "cols (64 per tile)"),
                     checked_grid(ceil_div64(rows, kTileRows), kMaxGridYZ, "fp8_cast (tiled)", "rows (128 per tile)"));
     const bool vec = cols % 8 == 0 && aligned16(in) && (!out || aligned8(out)) &&
                      (input != dgelu || aligned16(ops.pre)) &&
+                     ((input != saved_gelu && input != saved_dgelu) || aligned8(ops.pre_codes)) &&
                      (input != layernorm || (aligned16(ops.w) && aligned16(ops.b)));
     const bool vec_t = rows % 16 == 0 && aligned16(out_t);
     auto kernel = stats.colsum ? (vec ? cast_transpose_kernel<F, T, true, true, as_is>
@@ -269,6 +317,14 @@ void launch_cast(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t*
     if constexpr (std::is_same_v<T, bf16>) {  // the prologues: bf16 only, colsum only with dgelu (checked by fp8_cast)
       if (input == gelu)
         kernel = vec ? cast_transpose_kernel<F, T, true, false, gelu> : cast_transpose_kernel<F, T, false, false, gelu>;
+      else if (input == saved_dgelu)
+        kernel = stats.colsum ? (vec ? cast_transpose_kernel<F, T, true, true, saved_dgelu>
+                                     : cast_transpose_kernel<F, T, false, true, saved_dgelu>)
+                              : (vec ? cast_transpose_kernel<F, T, true, false, saved_dgelu>
+                                     : cast_transpose_kernel<F, T, false, false, saved_dgelu>);
+      else if (input == saved_gelu)
+        kernel = vec ? cast_transpose_kernel<F, T, true, false, saved_gelu>
+                     : cast_transpose_kernel<F, T, false, false, saved_gelu>;
       else if (input == layernorm)
         kernel = vec ? cast_transpose_kernel<F, T, true, false, layernorm>
                      : cast_transpose_kernel<F, T, false, false, layernorm>;
@@ -312,11 +368,15 @@ void fp8_cast(const void* in, DType in_dtype, int64_t rows, int64_t cols, uint8_
   FP8T_CHECK(input == Fp8CastInput::as_is || in_dtype == DType::bf16,
              "fp8_cast: a prologue (GELU, LayerNorm, GELU backward) takes bf16 input (its kernel's dtype), got {}",
              dtype_name(in_dtype));
-  FP8T_CHECK(!stats.colsum || input == Fp8CastInput::as_is || input == Fp8CastInput::dgelu,
+  FP8T_CHECK(!stats.colsum || input == Fp8CastInput::as_is || input == Fp8CastInput::dgelu ||
+                 input == Fp8CastInput::saved_dgelu,
              "fp8_cast: column sums go with the plain cast or the GELU backward prologue only");
   FP8T_CHECK(input != Fp8CastInput::layernorm || (ops.mean && ops.rstd && ops.w && ops.b),
              "fp8_cast: the LayerNorm prologue needs mean, rstd, w and b");
   FP8T_CHECK(input != Fp8CastInput::dgelu || ops.pre, "fp8_cast: the GELU backward prologue needs pre");
+  FP8T_CHECK((input != Fp8CastInput::saved_gelu && input != Fp8CastInput::saved_dgelu) ||
+                 (ops.pre_codes && ops.row_scale_inv),
+             "fp8_cast: the saved-GELU prologues need pre_codes and row_scale_inv");
   if (in_dtype == DType::bf16)
     dispatch_format(static_cast<const bf16*>(in), rows, cols, out, out_t, format, scale, stats, input, ops, stream);
   else if (in_dtype == DType::f32)

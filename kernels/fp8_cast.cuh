@@ -36,7 +36,14 @@ struct Fp8CastOutputs {
 //   bf16_rn(gelu'(pre[r, c]) * in[r, c]) with the arithmetic of kernels/gelu_math.cuh, what
 //   gelu_backward (kernels/gelu.cuh) writes into a zero-filled gradient (the FP8 MLP's GELU backward
 //   fused into fc's output-gradient cast, so pre's gradient is never written).
-enum class Fp8CastInput { as_is, gelu, layernorm, dgelu };
+// saved_gelu: gelu with its input given as per-row E4M3 codes (src/fp8/saved.h) in ops.pre_codes and
+//   ops.row_scale_inv, not in `in` (unread, may be null): element (r, c) reads
+//   bf16_rn(gelu(restore(r, c))), restore(r, c) = bf16_rn(decode(pre_codes[r, c]) * row_scale_inv[r]) as
+//   fp8_restore writes it, so the codes equal those of fp8_restore then the gelu cast, bit for bit,
+//   reading 1 byte per element instead of writing and reading 2 (fc2's input cast from pre's saved codes).
+// saved_dgelu: dgelu with pre given as saved_gelu's codes (ops.pre_codes, ops.row_scale_inv; ops.pre
+//   unused): gelu'(restore(r, c)), the rest as dgelu (colsum too).
+enum class Fp8CastInput { as_is, gelu, layernorm, dgelu, saved_gelu, saved_dgelu };
 
 // The operands of the layernorm and dgelu prologues (null where unused): the LayerNorm's per-row
 // statistics (layernorm_stats) and per-column weight and bias, and the GELU's input for dgelu.
@@ -46,6 +53,8 @@ struct Fp8CastOperands {
   const __nv_bfloat16* w = nullptr;     // layernorm: (cols) bf16
   const __nv_bfloat16* b = nullptr;     // layernorm: (cols) bf16
   const __nv_bfloat16* pre = nullptr;   // dgelu: (rows, cols) bf16, the GELU's input
+  const uint8_t* pre_codes = nullptr;   // saved_gelu, saved_dgelu: (rows, cols) E4M3 codes of the GELU's input
+  const float* row_scale_inv = nullptr; // saved_gelu, saved_dgelu: (rows) their scale_inv per row
 };
 
 // in (rows, cols) bf16 or f32, row-major. codes[i] = float_to_fp8(in[i] * *scale) bit-exactly as the
@@ -62,6 +71,11 @@ void fp8_cast(const void* in, DType in_dtype, int64_t rows, int64_t cols, uint8_
 // out (n) bf16 = fp8_to_float(codes[i]) * *scale_inv, rounded to nearest even (as the host codec).
 void fp8_dequantize(const uint8_t* codes, Fp8Format format, int64_t n, const float* scale_inv, __nv_bfloat16* out,
                     cudaStream_t stream);
+
+// out (cols, rows) bf16 = the dequantize above of codes_t (rows, cols) transposed: a cast's transposed
+// copy (out_t) read back in the layout of its input, e.g. an FP8 linear's saved input for another reader.
+void fp8_dequantize_transposed(const uint8_t* codes_t, Fp8Format format, int64_t rows, int64_t cols,
+                               const float* scale_inv, __nv_bfloat16* out, cudaStream_t stream);
 
 // *amax = max(*amax, max |in|) with NaN sticking (the caller zeroes *amax first), in (n) seen as (n / cols,
 // cols). input gelu, layernorm or dgelu: the amax of the values fp8_cast with the same input and operands

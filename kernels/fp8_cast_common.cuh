@@ -50,6 +50,11 @@ __device__ __forceinline__ float cast_input(float x, int64_t i, int64_t r, int64
     return layernorm_value_bf16(x, ops.mean[r], ops.rstd[r], __bfloat162float(ops.w[c]), __bfloat162float(ops.b[c]));
   } else if constexpr (kIn == Fp8CastInput::dgelu) {
     return dgelu_value_bf16(x, __bfloat162float(ops.pre[i]));
+  } else if constexpr (kIn == Fp8CastInput::saved_dgelu) {
+    return dgelu_value_bf16(x, __bfloat162float(dequant_bf16<Fp8Format::e4m3>(ops.pre_codes[i], ops.row_scale_inv[r])));
+  } else if constexpr (kIn == Fp8CastInput::saved_gelu) {
+    const float pre = __bfloat162float(dequant_bf16<Fp8Format::e4m3>(ops.pre_codes[i], ops.row_scale_inv[r]));
+    return __bfloat162float(__float2bfloat16_rn(gelu(pre)));
   } else {
     return x;
   }

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 
@@ -46,9 +47,21 @@ size_t round_block_size(size_t bytes) {
   return (bytes + kLarge - 1) / kLarge * kLarge;
 }
 
+namespace {
+thread_local const char* t_role = nullptr;
+}  // namespace
+
+ActivationRole::ActivationRole(const char* role) : prev_(t_role) { t_role = role; }
+ActivationRole::~ActivationRole() { t_role = prev_; }
+const char* ActivationRole::current() { return t_role; }
+
 void* Allocator::allocate(size_t bytes, MemCategory cat) {
   std::lock_guard lk(mu_);
   void* p = raw_allocate(bytes, cat);
+  if (t_role && cat == MemCategory::activations) {
+    role_of_[p] = t_role;
+    role_bytes_[t_role] += static_cast<int64_t>(bytes);
+  }
   const size_t i = static_cast<size_t>(cat);
   stats_.current[i] += static_cast<int64_t>(bytes);
   stats_.peak[i] = std::max(stats_.peak[i], stats_.current[i]);
@@ -61,8 +74,22 @@ void Allocator::deallocate(void* ptr, size_t bytes, MemCategory cat) {
   if (!ptr) return;
   std::lock_guard lk(mu_);
   raw_deallocate(ptr, bytes);
+  if (!role_of_.empty()) {
+    if (auto it = role_of_.find(ptr); it != role_of_.end()) {
+      role_bytes_[it->second] -= static_cast<int64_t>(bytes);
+      role_of_.erase(it);
+    }
+  }
   stats_.current[static_cast<size_t>(cat)] -= static_cast<int64_t>(bytes);
   stats_.total_current -= static_cast<int64_t>(bytes);
+}
+
+std::map<std::string, int64_t> Allocator::role_bytes() const {
+  std::lock_guard lk(mu_);
+  std::map<std::string, int64_t> out;
+  for (const auto& [role, bytes] : role_bytes_)
+    if (bytes != 0) out[std::string(role)] = bytes;
+  return out;
 }
 
 MemoryStats Allocator::stats() const {
@@ -98,8 +125,21 @@ void* CpuAllocator::raw_allocate(size_t bytes, MemCategory cat) {
 
 void CpuAllocator::raw_deallocate(void* ptr, size_t bytes) { free_.emplace(round_block_size(bytes), ptr); }
 
+void Allocator::set_limit(int64_t bytes) {
+  FP8T_CHECK(bytes >= 0, "memory limit must be >= 0 bytes, got {}", bytes);
+  std::lock_guard lk(mu_);
+  limit_ = bytes;
+}
+
+int64_t Allocator::limit() const {
+  std::lock_guard lk(mu_);
+  return limit_;
+}
+
 int64_t CpuAllocator::capacity() const {
-  return static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(::sysconf(_SC_PAGE_SIZE));
+  const int64_t phys = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(::sysconf(_SC_PAGE_SIZE));
+  std::lock_guard lk(mu_);
+  return limit_ > 0 ? std::min(limit_, phys) : phys;  // planned to, not enforced on the host
 }
 
 void CpuAllocator::release_cached() {

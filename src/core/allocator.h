@@ -32,6 +32,21 @@ struct MemoryStats {
 
 std::string format_bytes(int64_t bytes);
 
+// While an ActivationRole is open on a thread, the activation allocations made there are also counted
+// under its role (a string literal: "attention", "residual stream", ...), per allocator, until freed:
+// the planner's account of which saved tensor costs what. Roles nest; the innermost counts.
+class ActivationRole {
+ public:
+  explicit ActivationRole(const char* role);
+  ~ActivationRole();
+  ActivationRole(const ActivationRole&) = delete;
+  ActivationRole& operator=(const ActivationRole&) = delete;
+  static const char* current();
+
+ private:
+  const char* prev_;
+};
+
 // Base class: does the accounting; subclasses provide raw memory and the pool.
 class Allocator {
  public:
@@ -40,16 +55,28 @@ class Allocator {
   void deallocate(void* ptr, size_t bytes, MemCategory cat);
   MemoryStats stats() const;
   void reset_peaks();
+  // Current activation bytes by ActivationRole (allocations made outside any role are not listed).
+  std::map<std::string, int64_t> role_bytes() const;
   virtual Device device() const = 0;
   virtual void release_cached() {}  // return pooled blocks to the system
-  // Bytes this device can hold in all (GPU memory, or the host's physical memory).
+  // Bytes this device can hold in all (GPU memory, or the host's physical memory), or the limit if lower.
   virtual int64_t capacity() const = 0;
+  // Caps what the device pool may reserve (run.memory_limit_gib; 0: no cap), so that a run on a large
+  // card behaves as on a smaller one: an allocation past it fails with the out-of-memory report, and
+  // capacity() reports the cap. The host allocator reports it as its capacity but does not enforce it.
+  void set_limit(int64_t bytes);
+  int64_t limit() const;
 
  protected:
   virtual void* raw_allocate(size_t bytes, MemCategory cat) = 0;  // throws Error with a report on failure
   virtual void raw_deallocate(void* ptr, size_t bytes) = 0;
   mutable std::mutex mu_;
   MemoryStats stats_;
+  int64_t limit_ = 0;
+
+ private:
+  std::map<void*, const char*> role_of_;           // live role-counted allocations
+  std::map<std::string_view, int64_t> role_bytes_;  // their bytes by role
 };
 
 // Host allocator: 64-byte aligned blocks cached by rounded size.

@@ -1,6 +1,7 @@
 // Caching device allocator: cudaMalloc'd blocks pooled by rounded size, one instance per device.
 // After the first training step every request is served from the pool, so no step calls cudaMalloc.
 #ifdef FP8T_HAVE_CUDA  // CPU-only builds get the stub in allocator.cpp
+#include <algorithm>
 #include <map>
 #include <memory>
 
@@ -25,7 +26,8 @@ class CudaAllocator final : public Allocator {
     DeviceGuard guard(index_);
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    return static_cast<int64_t>(total_b);
+    std::lock_guard lk(mu_);
+    return limit_ > 0 ? std::min<int64_t>(limit_, static_cast<int64_t>(total_b)) : static_cast<int64_t>(total_b);
   }
   void release_cached() override {
     std::lock_guard lk(mu_);
@@ -44,6 +46,19 @@ class CudaAllocator final : public Allocator {
     }
     DeviceGuard guard(index_);
     void* p = nullptr;
+    // Under a limit, an allocation that would take the pool past it first returns the cached blocks.
+    auto over_limit = [&] { return limit_ > 0 && stats_.reserved + static_cast<int64_t>(sz) > limit_; };
+    if (over_limit()) release_cached_locked();
+    if (over_limit()) {
+      FP8T_FAIL(
+          "out of memory under run.memory_limit_gib = {:.2f} GiB on cuda:{}: allocating {} for {} would take the "
+          "pool to {}; this process holds: {}. To fit: reduce train.micro_batch (`fp8train plan --memory-gib "
+          "{:.0f}` finds the largest that fits), raise distributed.zero_stage, set "
+          "precision.fp8.activation_storage: fp8_all, or set train.recompute: block",
+          double(limit_) / double(1LL << 30), index_, format_bytes(static_cast<int64_t>(bytes)), category_name(cat),
+          format_bytes(stats_.reserved + static_cast<int64_t>(sz)), stats_.breakdown(),
+          double(limit_) / double(1LL << 30));
+    }
     cudaError_t err = cudaMalloc(&p, sz);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();  // clear the sticky-free error state of the failed malloc

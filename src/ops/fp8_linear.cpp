@@ -6,6 +6,7 @@
 #include <memory>
 #include <utility>
 
+#include "autograd/finite_watch.h"
 #include "core/check.h"
 #include "ops/cpu/reference.h"
 #include "ops/grad_sink.h"
@@ -91,7 +92,7 @@ Tensor& host_f32_grad(const GradRef& gr, const char* what, const std::string& la
   return g;
 }
 
-Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st) {
+Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, bool serve_input) {
   const Tensor& xv = x->value;
   const int64_t IC = w->value.dim(1), OC = w->value.dim(0), M = xv.numel() / IC;
   const Tensor x2 = xv.view({M, IC});
@@ -121,7 +122,10 @@ Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st)
     for (int64_t n = 0; n < OC; ++n) o[m * OC + n] = o[m * OC + n] * s + (bias ? bias[n] : 0.0f);
 
   Var y = make_var(std::move(out));
-  if (!needs_grad(x, w, b)) return y;
+  if (!needs_grad(x, w, b)) {
+    watch_op("fp8_linear", y, {&x, &w, &b});
+    return y;
+  }
   y->requires_grad = true;
   // fp8 storage keeps x's codes and only a weak handle on x (for its gradient): the node must not
   // keep x's f32 value alive. bf16 storage keeps x itself.
@@ -169,6 +173,12 @@ Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st)
       db.commit();
     }
   });
+  // x from its codes for x's other readers (fp8_linear.h); after the node took what it needs of x.
+  if (serve_input && store_fp8)
+    release_for_recompute(x, [xq, shape = x->value.shape()] {
+      return fp8_dequantize(xq, MemCategory::workspace).view(shape);
+    });
+  watch_op("fp8_linear", y, {&x, &w, &b});
   return y;
 }
 
@@ -193,14 +203,14 @@ void check_args(const Var& x, const Var& w, const Var& b, const Fp8LinearState& 
 }
 }  // namespace
 
-Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st) {
+Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, bool serve_input) {
   check_args(x, w, b, st);
   if (x->value.device().is_cuda()) {
 #ifdef FP8T_HAVE_CUDA
-    return detail::fp8_linear_cuda(x, w, b, st);
+    return detail::fp8_linear_cuda(x, w, b, st, {}, serve_input);
 #endif
   }
-  return fp8_linear_cpu(x, w, b, st);
+  return fp8_linear_cpu(x, w, b, st, serve_input);
 }
 
 Var fp8_linear_gelu(const Var& pre, const Var& w, const Var& b, Fp8LinearState& st) {

@@ -61,7 +61,12 @@ struct Fp8LinearState {
 // activation_storage fp8: the tape node keeps the E4M3 codes of x (1 byte/element) instead of x;
 // bf16: it keeps x as it is (f32 on the CPU, bf16 on the GPU) and re-quantizes it in backward with
 // the forward's scale, which gives the same codes.
-Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st);
+//
+// serve_input (FP8 storage only): x's value is dropped after the forward and served to whoever reads it
+// later (value_of, autograd/tape.h) from this linear's saved codes, dequantized: one FP8 copy of x for
+// both readers. The block uses it for attention's output, which the projection's wgrad and attention's
+// backward (its delta = rowsum(dO * O)) both read. Without a tape, or with bf16 storage, it does nothing.
+Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, bool serve_input = false);
 
 // fp8_linear(gelu(pre), w, b, st), bit for bit (the FP8 MLP's second linear with its GELU): on CUDA
 // the GELU runs inside the input's FP8 cast (kernels/fp8_cast.cuh, Fp8CastInput::gelu), so gelu(pre)
@@ -72,7 +77,9 @@ Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st);
 // (Fp8CastInput::dgelu), so pre's gradient is never written; anything else that reads it first gets it
 // written by the GELU backward kernel. Otherwise the GELU backward kernel adds into pre's gradient here.
 // The node keeps pre (bf16), or with activation_storage fp8_all its FP8 codes, the forward then running
-// on their round trip, written over pre's value in place, as gelu(pre, store_fp8 = true) does. The CPU emulation and activation_storage
+// on their round trip, written over pre's value in place, as gelu(pre, store_fp8 = true) does; fp8_all
+// then keeps no codes of gelu(pre) either: backward casts them again from the restored round trip with
+// the forward's scale (the same codes). The CPU emulation and activation_storage
 // bf16 (which would keep gelu(pre) to re-cast it in backward) run the composition itself, with
 // gelu's store_fp8 = (activation_storage == fp8_all).
 Var fp8_linear_gelu(const Var& pre, const Var& w, const Var& b, Fp8LinearState& st);
@@ -83,7 +90,9 @@ Var fp8_linear_gelu(const Var& pre, const Var& w, const Var& b, Fp8LinearState& 
 // written or read in bf16; backward computes d layernorm(x) with the dgrad GEMM into a temporary, and
 // the LayerNorm backward kernel adds x's, ln_w's and ln_b's gradients; wgrad reads the forward's
 // transposed codes. The node keeps x (the residual stream, which the unfused LayerNorm keeps too), mean,
-// rstd, ln_w and ln_b; there is no LayerNorm output to release for recompute. The CPU emulation and
+// rstd, ln_w and ln_b; there is no LayerNorm output to release for recompute. With fp8_all the node keeps
+// no codes of layernorm(x) either: backward casts them again from x and the statistics with the
+// forward's scale (the same codes), so the linear saves nothing beyond what LayerNorm's backward reads. The CPU emulation and
 // activation_storage bf16 (which would keep layernorm(x) to re-cast it in backward) run the composition.
 Var fp8_linear_ln(const Var& x, const Var& ln_w, const Var& ln_b, const Var& w, const Var& b, Fp8LinearState& st);
 

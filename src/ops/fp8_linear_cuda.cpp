@@ -7,6 +7,7 @@
 #include <memory>
 #include <utility>
 
+#include "autograd/finite_watch.h"
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "core/launch_limits.h"
@@ -68,7 +69,8 @@ void expect_cuda(const Tensor& t, DType dtype, const char* what, const std::stri
 }  // namespace
 
 
-Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, const InputPrologue& input) {
+Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, const InputPrologue& input,
+                    bool serve_input) {
   const Tensor& wv = w->value;
   expect_cuda(x->value, DType::bf16, "x", st.name);
   // w: the bf16 compute copy, or the f32 master where the weight has no compute copy (nn/params.h).
@@ -101,37 +103,50 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   const bool store_fp8 = st.cfg.activation_storage != ActivationStorage::bf16;
   FP8T_CHECK(input.kind == k::Fp8CastInput::as_is || store_fp8,
              "fp8_linear ({}): a fused GELU or LayerNorm input needs FP8 activation storage", st.name);
-  const k::Fp8CastInput cast_input = input.kind;
   // gelu_input keeps the pre-activation x for the GELU backward: as x itself, or with fp8_all as FP8
-  // codes, the forward then running on their round trip, written over x in place exactly as the gelu
-  // op does (ops.h).
+  // codes, the forward then running on their round trip, written over x in place exactly as the gelu op
+  // does (ops.h; a later reader of x sees it rounded). With delayed scaling the cast reads the codes
+  // (saved_gelu: 1 byte per element instead of 2); current scaling's amax pass reads the bf16 round trip.
   const bool save_pre_fp8 = gelu_input && needs_grad(x) && st.cfg.activation_storage == ActivationStorage::fp8_all;
+  const bool cast_from_codes = save_pre_fp8 && st.input.scaling == Fp8Scaling::delayed;
   Fp8Saved pre_saved;
   if (save_pre_fp8) pre_saved = fp8_save_inplace(x->value);
+  const k::Fp8CastInput cast_input = cast_from_codes ? k::Fp8CastInput::saved_gelu : input.kind;
   const Tensor& xv = x->value;
-  // wgrad needs x^T K-major: with fp8 storage the forward cast writes it alongside x.
-  const bool keep_xt = train && w->requires_grad && store_fp8;
+  // wgrad needs x^T K-major: with fp8 storage the forward cast writes it alongside x. fp8_all with a
+  // prologue whose operands backward keeps anyway (x, mean and rstd for LayerNorm's backward; pre's FP8
+  // codes for GELU's) casts it again there instead, from the same values with the same scale.
+  const bool recast_xt = st.cfg.activation_storage == ActivationStorage::fp8_all &&
+                         ((ln_input && in_needs_grad) || save_pre_fp8);
+  const bool keep_xt = train && w->requires_grad && store_fp8 && !recast_xt;
+  FP8T_CHECK(!serve_input || input.kind == k::Fp8CastInput::as_is,
+             "fp8_linear ({}): serve_input takes an input without a prologue", st.name);
   const DType fwd = fp8_dtype(st.formats.forward), bwd = fp8_dtype(st.formats.backward);
   const Tensor x2 = xv.view({M, IC});
-  // layernorm_input: the (M) statistics the cast normalizes with, which the LayerNorm backward reads.
+  // layernorm_input: the (M) statistics the cast normalizes with, which the LayerNorm backward reads;
+  // cast_from_codes: pre's saved codes, which the cast reads instead of x.
   Tensor ln_mean, ln_rstd;
-  k::Fp8CastOperands ln_operands;
+  k::Fp8CastOperands cast_operands;
   if (ln_input) {
     const MemCategory cat = in_needs_grad ? MemCategory::activations : MemCategory::workspace;
     ln_mean = Tensor::empty({M}, DType::f32, xv.device(), cat);
     ln_rstd = Tensor::empty({M}, DType::f32, xv.device(), cat);
     k::layernorm_stats(ln_mean.data<float>(), ln_rstd.data<float>(), x2.data<bf16>(), M, static_cast<int>(IC),
                        stream);
-    ln_operands = {ln_mean.data<float>(), ln_rstd.data<float>(), input.ln_w->value.data<bf16>(),
-                   input.ln_b->value.data<bf16>()};
+    cast_operands = {ln_mean.data<float>(), ln_rstd.data<float>(), input.ln_w->value.data<bf16>(),
+                     input.ln_b->value.data<bf16>()};
+  }
+  if (cast_from_codes) {
+    cast_operands.pre_codes = pre_saved.codes.data<uint8_t>();
+    cast_operands.row_scale_inv = pre_saved.row_scale_inv.data<float>();
   }
   Tensor xq = Tensor::empty({M, IC}, fwd, xv.device(), MemCategory::workspace);
   Tensor xq_t = keep_xt ? Tensor::empty({IC, M}, fwd, xv.device(), MemCategory::activations) : Tensor();
   Fp8DeviceSlot* sx = slot(slots, Fp8Role::input);
-  prepare_scale(st.input, sx, x2, stream, cast_input, ln_operands);
+  prepare_scale(st.input, sx, x2, stream, cast_input, cast_operands);
   k::fp8_cast(x2.raw(), DType::bf16, M, IC, xq.data<uint8_t>(), keep_xt ? xq_t.data<uint8_t>() : nullptr,
               st.formats.forward, &sx->scale, grad_enabled() ? stats_into(sx) : k::Fp8CastOutputs{}, stream,
-              cast_input, ln_operands);
+              cast_input, cast_operands);
   if (grad_enabled()) st.device.mark_pending(Fp8Role::input);
   // Backward needs this cast's (scale_inv, scale). Delayed scaling: the slot keeps them for the step.
   // Current scaling: the next cast overwrites the slot, so keep a copy.
@@ -153,7 +168,11 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   xq = Tensor();  // back to the pool once the stream passes the GEMM
 
   Var y = make_var(std::move(out));
-  if (!train) return y;
+  if (!train) {
+    watch_op(gelu_input ? "fp8_linear_gelu" : ln_input ? "fp8_linear_ln" : "fp8_linear", y,
+             {&x, &w, &b, &input.ln_w, &input.ln_b});
+    return y;
+  }
   y->requires_grad = true;
   const bool x_needs_grad = in_needs_grad;  // with a LayerNorm prologue: x's, ln_w's or ln_b's
   // The backward below casts dy (for dgrad or wgrad) and can apply a pending GELU backward in that cast
@@ -170,7 +189,7 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   const char* node = gelu_input ? "fp8_linear_gelu" : ln_input ? "fp8_linear_ln" : "fp8_linear";
   current_tape()->record(node, [&st, x_grad, x_kept, pre_kept, pre_saved, prologue, ln_x_kept, ln_mean, ln_rstd,
                                 xq_t, x_scales, x_scale, x_scale_inv, x_needs_grad, w, b, yg = grad_ref(y), M, IC,
-                                OC, fwd, bwd] {
+                                OC, fwd, bwd, recast_xt] {
     const bool need_dx = x_needs_grad, need_dw = w->requires_grad;
     // dy is the output's gradient (its value is not kept), or with a pending GELU backward (left by the
     // FP8 linear with a GELU input that reads y) d gelu(y), which the dy cast turns into y's gradient
@@ -181,15 +200,28 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
     const Tensor dy_full = pending.defined() ? pending.operand : grad_of(yg);
     expect_cuda(dy_full, DType::bf16, "the output gradient", st.name);
     const Tensor dy = dy_full.view({M, OC});
-    const Tensor dy_pre = pending.defined() ? pending.input() : Tensor();  // (M, OC) gelu's input y
+    // Delayed scaling reads a pending GELU input kept as per-row codes straight from them (saved_dgelu);
+    // current scaling's amax pass reads its bf16 round trip.
+    const bool pre_from_codes = pending.defined() && pending.input_codes.defined() &&
+                                st.grad_output.scaling == Fp8Scaling::delayed;
+    const Tensor dy_pre = pending.defined() && !pre_from_codes ? pending.input() : Tensor();  // (M, OC) gelu's input y
     k::Fp8CastOperands dy_ops;
+    if (pre_from_codes) {
+      FP8T_CHECK(pending.input_codes.numel() == M * OC && pending.input_row_scale_inv.numel() == M,
+                 "fp8_linear ({}): a pending GELU gradient's saved input has {} codes and {} row scales, not {} and {}",
+                 st.name, pending.input_codes.numel(), pending.input_row_scale_inv.numel(), M * OC, M);
+      dy_ops.pre_codes = pending.input_codes.data<uint8_t>();
+      dy_ops.row_scale_inv = pending.input_row_scale_inv.data<float>();
+    }
     if (dy_pre.defined()) {
       expect_cuda(dy_pre, DType::bf16, "the GELU input of a pending gradient", st.name);
       FP8T_CHECK(dy_pre.numel() == M * OC, "fp8_linear ({}): a pending GELU gradient's input has {} elements, not {}",
                  st.name, dy_pre.numel(), M * OC);
       dy_ops.pre = dy_pre.data<bf16>();
     }
-    const k::Fp8CastInput dy_input = dy_pre.defined() ? k::Fp8CastInput::dgelu : k::Fp8CastInput::as_is;
+    const k::Fp8CastInput dy_input = pre_from_codes    ? k::Fp8CastInput::saved_dgelu
+                                     : dy_pre.defined() ? k::Fp8CastInput::dgelu
+                                                        : k::Fp8CastInput::as_is;
     const cudaStream_t stream = k::compute_stream();
     Fp8DeviceSlot* slots = st.device.slots(dy.device(), st.metas());
     Fp8DeviceSlot* sdy = slot(slots, Fp8Role::grad_output);
@@ -244,6 +276,10 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
         PendingGrad& p = x_grad.cell->pending;
         p.operand = std::move(dh);
         p.input = [pre, saved = pre_saved] { return pre.defined() ? pre : fp8_restore(saved, MemCategory::workspace); };
+        if (!pre.defined()) {  // the codes themselves, for a producer that reads them directly
+          p.input_codes = pre_saved.codes;
+          p.input_row_scale_inv = pre_saved.row_scale_inv;
+        }
         p.materialize = [](const Tensor& dgelu, const Tensor& gelu_in) {
           Tensor g = Tensor::empty(dgelu.shape(), DType::bf16, dgelu.device(), MemCategory::activations);
           g.zero_();
@@ -279,10 +315,23 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
         FP8T_CHECK(dw.device().is_cuda() && (dw.dtype() == DType::f32 || dw.dtype() == DType::bf16),
                    "fp8_linear ({}): the weight gradient must be a CUDA f32 or bf16 tensor, got {}", st.name, dw.str());
         Tensor xt = xq_t;
-        if (!xt.defined()) {  // bf16 storage: the forward's scale reproduces the forward's codes
+        if (!xt.defined()) {  // bf16 storage or recast_xt: the forward's scale reproduces the forward's codes
           xt = Tensor::empty({IC, M}, fwd, dy.device(), MemCategory::workspace);
-          k::fp8_cast(value_of(x_kept).raw(), DType::bf16, M, IC, nullptr, xt.data<uint8_t>(), st.formats.forward,
-                      x_scale, k::Fp8CastOutputs{}, stream);
+          if (recast_xt && prologue.kind == k::Fp8CastInput::layernorm) {
+            const k::Fp8CastOperands ops{ln_mean.data<float>(), ln_rstd.data<float>(), prologue.ln_w->value.data<bf16>(),
+                                         prologue.ln_b->value.data<bf16>()};
+            k::fp8_cast(value_of(ln_x_kept).raw(), DType::bf16, M, IC, nullptr, xt.data<uint8_t>(),
+                        st.formats.forward, x_scale, k::Fp8CastOutputs{}, stream, k::Fp8CastInput::layernorm, ops);
+          } else if (recast_xt) {  // gelu of pre's FP8 round trip, read from its codes: what the forward's cast read
+            k::Fp8CastOperands ops;
+            ops.pre_codes = pre_saved.codes.data<uint8_t>();
+            ops.row_scale_inv = pre_saved.row_scale_inv.data<float>();
+            k::fp8_cast(nullptr, DType::bf16, M, IC, nullptr, xt.data<uint8_t>(), st.formats.forward, x_scale,
+                        k::Fp8CastOutputs{}, stream, k::Fp8CastInput::saved_gelu, ops);
+          } else {
+            k::fp8_cast(value_of(x_kept).raw(), DType::bf16, M, IC, nullptr, xt.data<uint8_t>(), st.formats.forward,
+                        x_scale, k::Fp8CastOutputs{}, stream);
+          }
         }
         // dw (OC, IC) += dy^T (OC, M) @ x (M, IC), with dy^T and x^T as the K-major operands
         k::matmul_fp8_backward_weight(dw.raw(), dw.dtype(), {dyq_t.raw(), bwd, &sdy->scale_inv},
@@ -294,6 +343,15 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
     db_sink.commit();
     (void)x_scales;  // keeps the current-scaling copy of (scale, scale_inv) alive until here
   });
+  if (serve_input && keep_xt) {  // x from x^T's codes, for x's other readers (fp8_linear.h)
+    release_for_recompute(x, [xq_t, x_scales, x_scale_inv, fwd_format = st.formats.forward, shape = xv.shape(), M, IC] {
+      Tensor v = Tensor::empty(shape, DType::bf16, xq_t.device(), MemCategory::workspace);
+      k::fp8_dequantize_transposed(xq_t.data<uint8_t>(), fwd_format, IC, M, x_scale_inv, v.data<bf16>(),
+                                   k::compute_stream());
+      return v;
+    });
+  }
+  watch_op(node, y, {&x, &w, &b, &input.ln_w, &input.ln_b});
   return y;
 }
 

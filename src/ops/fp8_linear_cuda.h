@@ -19,6 +19,8 @@ struct InputPrologue {
 // gradient of the prologue's output) into x's gradient with the GELU or LayerNorm backward kernel
 // (the latter also adds ln_w's and ln_b's). A prologue needs FP8 storage (checked by the callers):
 // bf16 storage would keep the prologue's output to re-cast it in backward. Arguments checked by the caller.
-Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, const InputPrologue& input = {});
+// serve_input: as fp8_linear's (src/ops/fp8_linear.h), for an as_is input.
+Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, const InputPrologue& input = {},
+                    bool serve_input = false);
 
 }  // namespace fp8t::detail

@@ -2,6 +2,9 @@
 // is fixed, so two measured points give the whole line.
 #include "train/planner.h"
 
+#include <algorithm>
+#include <chrono>
+#include <map>
 #include <cmath>
 #include <random>
 
@@ -33,7 +36,8 @@ class PlanningComm final : public Communicator {
 // Peak bytes per category during one forward/backward at micro-batch b, staged through `reducer` as
 // the trainer does; `saved` gets the activation bytes alive between forward and backward (what the
 // tape keeps for backward).
-MemoryStats measure(GPT& model, GradientReducer& reducer, const Config& cfg, int b, int64_t* saved = nullptr) {
+MemoryStats measure(GPT& model, GradientReducer& reducer, const Config& cfg, int b, int64_t* saved = nullptr,
+                    std::map<std::string, int64_t>* roles = nullptr) {
   const Device d = cfg.run.device;
   const int T = cfg.model.seq_len;
   Tensor x = Tensor::empty({b, T}, DType::i32), y = Tensor::empty({b, T}, DType::i32);
@@ -54,6 +58,7 @@ MemoryStats measure(GPT& model, GradientReducer& reducer, const Config& cfg, int
       loss = model.loss(xd, yd, cfg.train.recompute == Recompute::block);
     }
     if (saved) *saved = alloc.stats().cur(MemCategory::activations);
+    if (roles) *roles = alloc.role_bytes();
     tape.set_progress_hook(reducer.backward_hook());
     tape.backward(loss);
     reducer.end_micro();
@@ -64,8 +69,13 @@ MemoryStats measure(GPT& model, GradientReducer& reducer, const Config& cfg, int
 }
 }  // namespace
 
-MemoryPlan plan_memory(const Config& cfg, int world) {
+void apply_memory_limit(const RunConfig& run) {
+  allocator_for(run.device).set_limit(std::llround(run.memory_limit_gib * double(int64_t{1} << 30)));
+}
+
+MemoryPlan plan_memory(const Config& cfg, int world, int time_steps) {
   FP8T_CHECK(world >= 1, "plan: --world must be >= 1, got {}", world);
+  apply_memory_limit(cfg.run);
   const DType compute = cfg.run.device.is_cpu() || cfg.precision.compute == ComputeMode::fp32 ? DType::f32
                                                                                               : DType::bf16;
   // As rank 0 of `world`: at ZeRO stage 2 the store holds its gradient shard and the buckets are staged.
@@ -84,9 +94,16 @@ MemoryPlan plan_memory(const Config& cfg, int world) {
   const int b1 = static_cast<int>(std::max<int64_t>(1, (model.head_chunk_rows() + T - 1) / T)), b2 = b1 + 1;
   (void)measure(model, reducer, cfg, b1);  // first touch: FP8 weight caches, GEMM workspace
   int64_t saved1 = 0, saved2 = 0;
-  const MemoryStats m1 = measure(model, reducer, cfg, b1, &saved1), m2 = measure(model, reducer, cfg, b2, &saved2);
+  std::map<std::string, int64_t> roles1, roles2;
+  const MemoryStats m1 = measure(model, reducer, cfg, b1, &saved1, &roles1),
+                    m2 = measure(model, reducer, cfg, b2, &saved2, &roles2);
   MemoryPlan plan;
   plan.saved_per_sample = static_cast<double>(saved2 - saved1);
+  for (const auto& [role, bytes] : roles2) {
+    const auto it = roles1.find(role);
+    plan.saved_by_role[role] = static_cast<double>(bytes - (it != roles1.end() ? it->second : 0));
+  }
+  plan.tokens_channels_layers = double(T) * cfg.model.d_model * cfg.model.n_layer;
   plan.measured = {b1, b2};
   plan.world = world;
   plan.grad_buffer_bytes = P.padded_numel() * static_cast<int64_t>(dtype_size(P.grad_dtype()));
@@ -105,7 +122,79 @@ MemoryPlan plan_memory(const Config& cfg, int world) {
                          : plan.total_per_sample <= 0
                              ? 1 << 20
                              : static_cast<int>(std::floor(room / plan.total_per_sample));
+  if (time_steps > 0 && plan.max_micro_batch >= 1) {
+    const int b = std::min(cfg.train.micro_batch, plan.max_micro_batch);
+    auto step = [&] {
+      (void)measure(model, reducer, cfg, b);
+      (void)optim.step(1, 1e-9f, 1.0f);
+      model.on_optimizer_step();
+      (void)P.master().slice_flat(0, {1}).to_float_vector();  // wait for the device
+    };
+    step();  // warm-up: this micro-batch's first allocations and GEMM plans
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < time_steps; ++i) step();
+    plan.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / time_steps;
+    plan.timed_micro_batch = b;
+  }
   return plan;
+}
+
+std::vector<PlanOption> plan_options(const Config& cfg, int world) {
+  std::vector<PlanOption> out{{"as configured", cfg}};
+  auto add = [&](std::string name, auto&& change) {
+    Config c = cfg;
+    change(c);
+    out.push_back({std::move(name), std::move(c)});
+  };
+  const bool fp8 = cfg.precision.compute == ComputeMode::fp8;
+  if (fp8) {
+    const std::pair<ActivationStorage, const char*> storages[] = {
+        {ActivationStorage::bf16, "bf16"}, {ActivationStorage::fp8, "fp8"}, {ActivationStorage::fp8_all, "fp8_all"}};
+    for (const auto& [s, name] : storages)
+      if (s != cfg.precision.fp8.activation_storage)
+        add(fmt::format("activation_storage {}", name), [s](Config& c) { c.precision.fp8.activation_storage = s; });
+  }
+  const std::pair<StateDtype, const char*> states[] = {
+      {StateDtype::fp32, "fp32"}, {StateDtype::bf16, "bf16"}, {StateDtype::fp8, "fp8"}};
+  for (const auto& [s, name] : states)
+    if (s != cfg.optim.state_dtype) add(fmt::format("state_dtype {}", name), [s](Config& c) { c.optim.state_dtype = s; });
+  const std::pair<Recompute, const char*> recomputes[] = {
+      {Recompute::none, "none"}, {Recompute::layernorm, "layernorm"}, {Recompute::block, "block"}};
+  for (const auto& [r, name] : recomputes)
+    if (r != cfg.train.recompute) add(fmt::format("recompute {}", name), [r](Config& c) { c.train.recompute = r; });
+  if (world > 1)
+    for (int z = 0; z <= 2; ++z)
+      if (z != cfg.distributed.zero_stage)
+        add(fmt::format("zero_stage {}", z), [z](Config& c) { c.distributed.zero_stage = z; });
+  if (fp8)
+    add("BF16 mode", [](Config& c) {
+      c.precision.compute = ComputeMode::bf16;
+      c.precision.grad_dtype = GradDtype::fp32;
+      c.optim.state_dtype = StateDtype::fp32;
+    });
+  return out;
+}
+
+std::string compare_table(const std::vector<PlanOption>& options, const std::vector<MemoryPlan>& plans) {
+  FP8T_CHECK(options.size() == plans.size() && !plans.empty(), "compare_table: {} options but {} plans",
+             options.size(), plans.size());
+  std::string s = fmt::format("{:<30} {:>12} {:>14} {:>12} {:>12} {:>14} {:>8}\n", "option", "state B/param",
+                              "saved/sequence", "peak at mb", "largest mb", "tokens/s (mb)", "speed");
+  auto tokens_per_s = [&](const MemoryPlan& p, const Config& c) {
+    return p.step_seconds > 0 ? p.timed_micro_batch * double(c.model.seq_len) / p.step_seconds : 0.0;
+  };
+  const double base = tokens_per_s(plans[0], options[0].cfg);
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const MemoryPlan& p = plans[i];
+    const double tps = tokens_per_s(p, options[i].cfg);
+    s += fmt::format("{:<30} {:>12.2f} {:>14} {:>12} {:>12} {:>14} {:>8}\n", options[i].name,
+                     p.state_bytes_per_parameter(), format_bytes(std::llround(p.saved_per_sample)),
+                     format_bytes(std::llround(p.peak(p.micro_batch))), p.max_micro_batch,
+                     tps > 0 ? fmt::format("{:.0f} ({})", tps, p.timed_micro_batch) : "-",
+                     tps > 0 && base > 0 ? fmt::format("{:.3f}x", tps / base) : "-");
+  }
+  s += "(speed: tokens/s of one timed micro-step against the first row; peak at the configured micro-batch)\n";
+  return s;
 }
 
 double MemoryPlan::state_bytes_per_parameter() const {
@@ -129,6 +218,18 @@ std::string MemoryPlan::table() const {
                    format_bytes(std::llround(saved_per_sample)), format_bytes(std::llround(saved_per_sample * micro_batch)),
                    micro_batch);
   s += fmt::format("(a line through micro-batches {} and {}, measured)\n", measured[0], measured[1]);
+  if (!saved_by_role.empty()) {
+    std::vector<std::pair<double, std::string>> rows;
+    for (const auto& [role, bytes] : saved_by_role)
+      if (bytes > 0) rows.emplace_back(bytes, role);
+    std::sort(rows.rbegin(), rows.rend());
+    s += fmt::format("saved for backward by tensor role, per sequence (bytes per token, channel and layer):\n");
+    for (const auto& [bytes, role] : rows)
+      s += fmt::format("  {:<34} {:>12} ({:.2f})\n", role, format_bytes(std::llround(bytes)),
+                       bytes / std::max(1.0, tokens_channels_layers));
+    s += fmt::format("  {:<34} {:>12} ({:.2f})\n", "all saved", format_bytes(std::llround(saved_per_sample)),
+                     saved_per_sample / std::max(1.0, tokens_channels_layers));
+  }
   auto per_param = [&](MemCategory c) { return fixed[static_cast<size_t>(c)] / std::max<double>(1.0, parameters); };
   s += fmt::format("model state: {:.2f} bytes per parameter on this rank (parameters {:.2f}, gradients {:.2f}, "
                    "optimizer {:.2f}, fp8_cache {:.2f}; {} parameters)\n",

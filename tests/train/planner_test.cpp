@@ -2,6 +2,7 @@
 // per-sequence cost, and the largest micro-batch is the last one under the headroom.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <cmath>
 #include <random>
 
 #include "config/config.h"
@@ -122,4 +123,58 @@ TEST_CASE("plan: ZeRO stage 2 keeps 1/N of the gradients plus staging buckets", 
   CHECK(stage2.fixed[grads] < 0.8 * stage0.fixed[grads]);
   CHECK(stage2.per_sample[grads] == 0);
   CHECK_THAT(stage2.table(), Catch::Matchers::ContainsSubstring("(1/8 of the"));
+}
+
+TEST_CASE("plan: a memory limit is the capacity planned to, and the largest micro-batch follows it", "[plan]") {
+  const Config cfg = small("none");
+  const MemoryPlan whole = plan_memory(cfg, 1);
+  Config capped = cfg;
+  // Room for exactly 10 sequences at the planner's headroom.
+  const double bytes = (whole.total_fixed + 10.5 * whole.total_per_sample) / whole.headroom;
+  capped.run.memory_limit_gib = bytes / double(int64_t{1} << 30);
+  const MemoryPlan p = plan_memory(capped, 1);
+  allocator_for(Device::cpu()).set_limit(0);
+  CHECK(std::llabs(p.capacity - std::llround(bytes)) <= 1);
+  CHECK(p.max_micro_batch == 10);
+  CHECK(allocator_for(Device::cpu()).capacity() == whole.capacity);  // lifted again
+}
+
+TEST_CASE("plan: --compare lists each alternative once and times a step of each", "[plan]") {
+  Config cfg = small("none");
+  cfg.precision.compute = ComputeMode::fp8;
+  const std::vector<PlanOption> options = plan_options(cfg, 2);
+  std::vector<std::string> names;
+  for (const auto& o : options) names.push_back(o.name);
+  const std::vector<std::string> expected{"as configured",   "activation_storage bf16", "activation_storage fp8_all",
+                                          "state_dtype bf16", "state_dtype fp8",         "recompute layernorm",
+                                          "recompute block", "zero_stage 1",            "zero_stage 2",
+                                          "BF16 mode"};
+  CHECK(names == expected);
+  CHECK(options[2].cfg.precision.fp8.activation_storage == ActivationStorage::fp8_all);
+  CHECK(options.back().cfg.precision.compute == ComputeMode::bf16);
+  CHECK(options.back().cfg.optim.state_dtype == StateDtype::fp32);
+  // Two of them planned and timed, on the CPU.
+  const std::vector<PlanOption> two{options[0], options[6]};
+  std::vector<MemoryPlan> plans;
+  for (const auto& o : two) plans.push_back(plan_memory(o.cfg, 1, 1));
+  CHECK(plans[0].step_seconds > 0);
+  CHECK(plans[0].timed_micro_batch == 6);
+  CHECK(plans[1].saved_per_sample < plans[0].saved_per_sample);
+  const std::string table = compare_table(two, plans);
+  CHECK_THAT(table, Catch::Matchers::ContainsSubstring("recompute block"));
+  CHECK_THAT(table, Catch::Matchers::ContainsSubstring("1.000x"));
+}
+
+TEST_CASE("plan: saved bytes by tensor role add up to what the tape keeps", "[plan]") {
+  const MemoryPlan p = plan_memory(small("none"), 1);
+  REQUIRE(!p.saved_by_role.empty());
+  double sum = 0;
+  for (const auto& [role, bytes] : p.saved_by_role) sum += bytes;
+  INFO("roles " << p.saved_by_role.size() << " sum " << sum << " saved " << p.saved_per_sample);
+  CHECK(std::fabs(sum - p.saved_per_sample) <= 0.01 * p.saved_per_sample);
+  // fp32 mode per block: the residual stream keeps the two block inputs (x and x1), 4 + 4 bytes per channel.
+  const double per_tcl = p.tokens_channels_layers;
+  CHECK(p.saved_by_role.at("block input / residual") / per_tcl > 7.0);
+  CHECK(p.saved_by_role.count("attention (qkv, log-sum-exp)") == 1);
+  CHECK_THAT(p.table(), Catch::Matchers::ContainsSubstring("saved for backward by tensor role"));
 }
