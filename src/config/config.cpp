@@ -153,7 +153,11 @@ class Reader {
   void operator()(std::string_view key, I& out, Range range = {}) {
     const Entry* e = find(key);
     if (!e) return;
-    const std::string& text = scalar(key, *e, "an integer");
+    const std::string& text = scalar(key, *e, range.or_auto ? "an integer or auto" : "an integer");
+    if (range.or_auto && text == "auto") {
+      out = 0;
+      return;
+    }
     if constexpr (std::is_unsigned_v<I>) {
       auto v = yaml_util::parse_uint(text);
       if (!v) fail(e->origin, key, fmt::format("expected a non-negative integer, got '{}'", yaml_util::printable(text)));
@@ -167,7 +171,8 @@ class Reader {
                fmt::format("{} is out of range for a {}-bit integer", *v, 8 * sizeof(I)));
       }
       if (!range.contains(static_cast<double>(*v)))
-        fail(e->origin, key, fmt::format("expected an integer {}, got {}", range.str(), *v));
+        fail(e->origin, key,
+             fmt::format("expected an integer {}{}, got {}", range.str(), range.or_auto ? " or auto" : "", *v));
       out = static_cast<I>(*v);
     }
   }

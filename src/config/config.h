@@ -67,7 +67,8 @@ std::string val_set_name(const std::string& glob);
 enum class Recompute { none, block, layernorm };
 
 struct TrainConfig {
-  int micro_batch = 8;             // sequences per rank per forward/backward
+  int micro_batch = 8;             // sequences per rank per forward/backward; `auto` (0): the largest that
+                                   // fits (resolve_micro_batch, train/planner.h)
   int64_t total_batch_tokens = 0;  // tokens per optimizer step over all ranks; 0 = one micro-batch each
   int max_steps = 100;             // optimizer steps
   int eval_every = 0;              // 0 = evaluate only before the first and after the last step

@@ -53,6 +53,7 @@ struct Range {
   double hi = std::numeric_limits<double>::infinity();
   bool lo_open = false;
   bool hi_open = false;
+  bool or_auto = false;  // the word `auto` is also valid, read as 0 (and 0 written as `auto`)
   bool contains(double v) const {
     return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
   }
@@ -63,6 +64,9 @@ struct Range {
   }
 };
 constexpr Range at_least(double lo) { return {lo}; }
+constexpr Range auto_or_at_least(double lo) {
+  return {lo, std::numeric_limits<double>::infinity(), false, false, true};
+}
 constexpr Range above(double lo) { return {lo, std::numeric_limits<double>::infinity(), true}; }
 constexpr Range between(double lo, double hi) { return {lo, hi}; }
 inline constexpr Range kBetaRange{0, 1, false, true};  // [0, 1)
@@ -95,7 +99,7 @@ void visit_fields(C& c, V& v) {
   v("data.val", c.data.val);
   v("data.shuffle", c.data.shuffle);
   auto& t = c.train;
-  v("train.micro_batch", t.micro_batch, at_least(1));
+  v("train.micro_batch", t.micro_batch, auto_or_at_least(1));
   v("train.total_batch_tokens", t.total_batch_tokens, at_least(0));
   v("train.max_steps", t.max_steps, at_least(1));
   v("train.eval_every", t.eval_every, at_least(0));

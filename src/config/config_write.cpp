@@ -28,9 +28,9 @@ class Writer {
   }
   template <class I>
     requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
-  void operator()(std::string_view key, const I& v, Range = {}) {
+  void operator()(std::string_view key, const I& v, Range range = {}) {
     nested_.key(key);
-    out_ << fmt::format("{}", v);
+    out_ << (range.or_auto && v == 0 ? std::string("auto") : fmt::format("{}", v));
   }
   void operator()(std::string_view key, const double& v, Range = {}) {
     nested_.key(key);

@@ -90,6 +90,8 @@ void check_model(const ModelConfig& m, const OriginOf& origin_of) {
 void check_batch(const Config& c, const OriginOf& origin_of) {
   const ModelConfig& m = c.model;
   const TrainConfig& t = c.train;
+  // micro_batch auto (0) is checked once the planner has picked it (resolve_micro_batch, train/planner.h).
+  if (t.micro_batch == 0) return;
   const int64_t per_micro = int64_t{t.micro_batch} * m.seq_len;  // two ints: cannot overflow
   if (per_micro > kMaxMicroBatchTokens) {
     auto [key, at] = origin_of({"train.micro_batch", "model.seq_len"});

@@ -2,9 +2,12 @@
 #include "nn/gpt.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "autograd/finite_watch.h"
 #include "ops/ops.h"
 
 namespace fp8t {
@@ -97,11 +100,11 @@ GPT::GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad
   }
 }
 
-Var GPT::dense(LinearKind kind, int layer, const Var& x, const Var& w, const Var& b) {
+Var GPT::dense(LinearKind kind, int layer, const Var& x, const Var& w, const Var& b, bool serve_input) {
   Fp8LinearState* st = kind == LinearKind::lm_head
                            ? fp8_head_
                            : fp8_block_[static_cast<size_t>(layer)][static_cast<size_t>(kind)];
-  return st ? fp8_linear(x, w, b, *st) : linear(x, w, b);
+  return st ? fp8_linear(x, w, b, *st, serve_input) : linear(x, w, b);
 }
 
 std::vector<std::string> GPT::fp8_layers() const {
@@ -198,8 +201,10 @@ void GPT::load_fp8_state(const nlohmann::json& state) {
                  h.is_array() ? h.size() : 0, m->amax_history.size());
       std::vector<float> hist;
       for (const auto& a : h) {
-        FP8T_CHECK(a.is_number() && std::isfinite(a.get<double>()) && a.get<double>() >= 0,
-                   "FP8 state of {} {}: amax history entry {} is not a finite amax >= 0", st->name, what, a.dump());
+        FP8T_CHECK(a.is_number() && std::isfinite(a.get<double>()) && a.get<double>() >= 0 &&
+                       a.get<double>() <= FLT_MAX,
+                   "FP8 state of {} {}: amax history entry {} is not a finite amax >= 0 (in f32 range)", st->name,
+                   what, a.dump());
         hist.push_back(a.get<float>());
       }
       const nlohmann::json& pos = field("pos");
@@ -209,7 +214,7 @@ void GPT::load_fp8_state(const nlohmann::json& state) {
                  hist.size());
       const nlohmann::json& scale = field("scale");
       FP8T_CHECK(scale.is_number() && std::isfinite(scale.get<double>()) && scale.get<double>() > 0 &&
-                     std::isfinite(1.0 / scale.get<float>()),
+                     scale.get<double>() <= FLT_MAX && std::isfinite(1.0 / scale.get<float>()),
                  "FP8 state of {} {}: scale {} is not a finite positive number", st->name, what, scale.dump());
       m->amax_history = std::move(hist);
       m->pos = pos.get<int>();
@@ -259,7 +264,11 @@ Var GPT::block(int l, const Var& x) {
     Fp8LinearState* st = fp8_row[static_cast<size_t>(k)];
     return st && st->cfg.activation_storage != ActivationStorage::bf16 ? st : nullptr;
   };
+  // Activation roles (core/allocator.h): what each saved tensor costs, for the planner's report.
+  constexpr const char* kResidual = "block input / residual";
   Var h;
+  std::optional<ActivationRole> role;
+  role.emplace("qkv linear + ln_1");
   if (Fp8LinearState* qkv = ln_fused(LinearKind::qkv)) {
     h = fp8_linear_ln(x, P.var(p + "ln_1.weight"), P.var(p + "ln_1.bias"), P.var(p + "attn.c_attn.weight"),
                       P.var(p + "attn.c_attn.bias"), *qkv);
@@ -273,9 +282,19 @@ Var GPT::block(int l, const Var& x) {
     const Fp8LinearState* st = fp8_row[static_cast<size_t>(k)];
     return st && st->cfg.activation_storage == ActivationStorage::fp8_all;
   };
+  // Names for the checks of a debug re-run (autograd/finite_watch.h); ops reading a weight are named by it.
+  watch_layer(p, "attn");
+  role.emplace("attention (qkv, log-sum-exp)");
   h = attention(h, cfg_.n_head, fp8_all(LinearKind::qkv));
-  h = dense(LinearKind::proj, l, h, P.var(p + "attn.c_proj.weight"), P.var(p + "attn.c_proj.bias"));
+  // fp8_all: attention's output is kept once, as the projection's FP8 codes, for both of its readers.
+  role.emplace("attention output / proj input");
+  h = dense(LinearKind::proj, l, h, P.var(p + "attn.c_proj.weight"), P.var(p + "attn.c_proj.bias"),
+            fp8_all(LinearKind::proj));
+  watch_layer(p, "attn_residual");
+  role.emplace(kResidual);
   Var x1 = add(x, h);
+  watch_layer(p, "mlp.gelu");
+  role.emplace("fc linear + ln_2");
   Fp8LinearState* fc_ln = ln_fused(LinearKind::fc);
   const Var ln2 = fc_ln ? Var() : layernorm(x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
   if (!fp8_row[static_cast<size_t>(LinearKind::fc)] && !fp8_row[static_cast<size_t>(LinearKind::fc2)]) {
@@ -287,6 +306,7 @@ Var GPT::block(int l, const Var& x) {
               : dense(LinearKind::fc, l, ln2, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"));
     Fp8LinearState* fc2 = fp8_row[static_cast<size_t>(LinearKind::fc2)];
     const bool store_fp8 = fp8_all(LinearKind::fc) || fp8_all(LinearKind::fc2);
+    role.emplace("GELU input / fc2 input");
     // An FP8 fc2 casts gelu(h) straight from h (the GELU fused into its input cast), when its own
     // storage setting is the one the GELU would use: bf16 storage keeps its input, so no fusion.
     if (fc2 && fc2->cfg.activation_storage != ActivationStorage::bf16 && store_fp8 == fp8_all(LinearKind::fc2)) {
@@ -297,6 +317,8 @@ Var GPT::block(int l, const Var& x) {
     }
   }
   if (ln2) release(ln2, x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
+  watch_layer(p, "mlp_residual");
+  role.emplace(kResidual);
   return add(x1, h);
 }
 
@@ -306,26 +328,41 @@ Var GPT::hidden(const Tensor& tokens, bool recompute) {
   FP8T_CHECK(tokens.dim(1) <= cfg_.seq_len, "sequence length {} exceeds model.seq_len {}", tokens.dim(1),
              cfg_.seq_len);
   const ParameterStore& P = *params_;
-  Var x = embedding(tokens, P.var("wte"), P.var("wpe"));
+  watch_layer("", "embedding");
+  Var x;
+  {
+    ActivationRole role("block input / residual");
+    x = embedding(tokens, P.var("wte"), P.var("wpe"));
+  }
   for (int l = 0; l < cfg_.n_layer; ++l) {
     if (recompute && grad_enabled())
       x = checkpoint([this, l](const Var& in) { return block(l, in); }, x);
     else
       x = block(l, x);
   }
+  ActivationRole role("final LayerNorm + head + loss");
   return layernorm(x, P.var("ln_f.weight"), P.var("ln_f.bias"));
 }
 
 Var GPT::logits(const Tensor& tokens, bool recompute) {
-  return dense(LinearKind::lm_head, -1, hidden(tokens, recompute), params_->var("wte"), nullptr);
+  const Var h = hidden(tokens, recompute);
+  watch_layer("", "lm_head");
+  return dense(LinearKind::lm_head, -1, h, params_->var("wte"), nullptr);
 }
 
 Var GPT::loss(const Tensor& tokens, const Tensor& targets, bool recompute, float grad_scale) {
-  if (fp8_head_) return cross_entropy(logits(tokens, recompute), targets, cfg_.vocab_size);
+  if (fp8_head_) {
+    const Var head = logits(tokens, recompute);
+    watch_layer("", "loss");
+    ActivationRole role("final LayerNorm + head + loss");
+    return cross_entropy(head, targets, cfg_.vocab_size);
+  }
   // The head and the loss a chunk of tokens at a time: the (B, T, Vp) logits (e.g. 3.3 GB at
   // B = 32, T = 1024 in BF16) never exist at once.
-  return lm_head_loss(hidden(tokens, recompute), params_->var("wte"), targets, cfg_.vocab_size, head_chunk_rows(),
-                      grad_scale);
+  const Var h = hidden(tokens, recompute);
+  watch_layer("", "lm_head");
+  ActivationRole role("final LayerNorm + head + loss");
+  return lm_head_loss(h, params_->var("wte"), targets, cfg_.vocab_size, head_chunk_rows(), grad_scale);
 }
 
 int64_t GPT::head_chunk_rows() const {

@@ -139,6 +139,34 @@ MemoryPlan plan_memory(const Config& cfg, int world, int time_steps) {
   return plan;
 }
 
+Config resolve_micro_batch(const Config& cfg, int world, std::string* why) {
+  if (cfg.train.micro_batch != 0) return cfg;
+  const MemoryPlan p = plan_memory(cfg, world);
+  allocator_for(cfg.run.device).release_cached();  // the run starts from an empty pool
+  FP8T_CHECK(p.max_micro_batch >= 1,
+             "train.micro_batch: auto: not even one sequence fits: {} fixed + {} per sequence in {:.0f}% of {}; "
+             "lower model.seq_len, raise distributed.zero_stage or use a smaller model",
+             format_bytes(std::llround(p.total_fixed)), format_bytes(std::llround(p.total_per_sample)),
+             p.headroom * 100, format_bytes(p.capacity));
+  const int64_t T = cfg.model.seq_len, total = cfg.train.total_batch_tokens;
+  int b = std::min(p.max_micro_batch, 1 << 20);
+  while (b > 1 && total != 0 && total % (int64_t{b} * T * world) != 0) --b;
+  FP8T_CHECK(total == 0 || total % (int64_t{b} * T * world) == 0,
+             "train.micro_batch: auto: train.total_batch_tokens {} is not a multiple of seq_len x ranks = {} x {}",
+             total, T, world);
+  Config out = cfg;
+  out.train.micro_batch = b;
+  if (why)
+    *why = fmt::format("train.micro_batch auto = {}: the plan fits {} ({} fixed + {} per sequence in {:.0f}% of {}){}",
+                       b, p.max_micro_batch, format_bytes(std::llround(p.total_fixed)),
+                       format_bytes(std::llround(p.total_per_sample)), p.headroom * 100, format_bytes(p.capacity),
+                       b < p.max_micro_batch ? fmt::format("; {} divides train.total_batch_tokens {} into whole "
+                                                           "micro-batches",
+                                                           b, total)
+                                             : "");
+  return out;
+}
+
 std::vector<PlanOption> plan_options(const Config& cfg, int world) {
   std::vector<PlanOption> out{{"as configured", cfg}};
   auto add = [&](std::string name, auto&& change) {

@@ -66,6 +66,12 @@ std::vector<PlanOption> plan_options(const Config& cfg, int world);
 // micro-batch that fits and tokens/s of the timed step, as a ratio to the first option.
 std::string compare_table(const std::vector<PlanOption>& options, const std::vector<MemoryPlan>& plans);
 
+// train.micro_batch auto (0): the config with the largest micro-batch the plan fits (rank 0 of `world`, the
+// config's ZeRO stage, run.memory_limit_gib and the planner's headroom), lowered until
+// train.total_batch_tokens is a multiple of micro_batch x seq_len x world; *why says how it was chosen.
+// Any other micro_batch comes back unchanged. Throws when not even one sequence fits.
+Config resolve_micro_batch(const Config& cfg, int world, std::string* why);
+
 // Caps the device pool at run.memory_limit_gib (Allocator::set_limit; 0: no cap).
 void apply_memory_limit(const RunConfig& run);
 

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <limits>
 
 #include "autograd/tape.h"
 #include "data/shard.h"
@@ -15,7 +14,10 @@
 #include "optim/adamw.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_manifest.h"
 #include "train/metrics.h"
+#include "train/nonfinite.h"
+#include "train/planner.h"
 
 #ifdef FP8T_HAVE_CUDA
 #include "kernels/matmul.cuh"
@@ -79,6 +81,7 @@ class Trainer {
                tokens_per_micro, std::max<int64_t>(1, total / tokens_per_micro) * tokens_per_micro);
     accum_ = static_cast<int>(total / tokens_per_micro);
     tokens_per_step_ = total;
+    apply_memory_limit(cfg.run);
 #ifdef FP8T_HAVE_CUDA
     kernels::set_matmul_autotune(cfg.run.gemm_autotune);
 #endif
@@ -97,10 +100,10 @@ class Trainer {
     optim_ = std::make_unique<AdamW>(cfg.optim, P, opt_begin_, opt_end_);
 
     train_loader_ = std::make_unique<ShardLoader>(cfg.data.train, cfg.train.micro_batch, cfg.model.seq_len,
-                                                  comm.rank(), world, train_order_seed(cfg));
+                                                  comm.rank(), world, train_order_seed(cfg), cfg.model.vocab_size);
     for (const ValSet& set : cfg.data.val)  // unshuffled: every evaluation sees the same tokens
       val_loaders_.push_back(std::make_unique<ShardLoader>(set.glob, cfg.train.micro_batch, cfg.model.seq_len,
-                                                           comm.rank(), world, 0));
+                                                           comm.rank(), world, 0, cfg.model.vocab_size));
     batch_ = std::make_unique<Batch>(cfg.train.micro_batch, cfg.model.seq_len, device_);
 
     if (resume) restore(*resume);
@@ -117,8 +120,7 @@ class Trainer {
   TrainResult run() {
     TrainResult result;
     const std::vector<double> first_val = evaluate();
-    result.first_val_loss = result.last_val_loss =
-        first_val.empty() ? std::numeric_limits<double>::quiet_NaN() : first_val[0];
+    if (!first_val.empty()) result.first_val_loss = first_val[0];
     keep_val(result, first_val);
     if (!first_val.empty()) {
       log_->info("step {:5d} | {}", step_, val_text(first_val));
@@ -129,16 +131,25 @@ class Trainer {
     const auto t_start = Clock::now();
     const int first_step = step_;
     while (step_ < cfg_.train.max_steps) {
-      result.last_train_loss = train_step();
+      const double loss = train_step();
+      result.last_train_loss = loss;
+      ++result.steps_run;
+      if (last_skipped_) ++result.skipped_steps;
       const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
       const double eta = elapsed / (step_ - first_step) * (cfg_.train.max_steps - step_);
       const bool last = step_ == cfg_.train.max_steps;
       std::vector<double> val;
       if (last || (cfg_.train.eval_every > 0 && step_ % cfg_.train.eval_every == 0)) val = evaluate();
-      report(result.last_train_loss, val, eta);
+      report(loss, val, eta);
       keep_val(result, val);
       const int every = cfg_.train.checkpoint_every;
-      if ((last && every >= 0) || (every > 0 && step_ % every == 0)) save();
+      if ((last && every >= 0) || (every > 0 && step_ % every == 0)) {
+        // Skipped steps leave the weights as they were: a checkpoint must not keep NaN/Inf ones unnoticed.
+        if (const std::string bad = nonfinite_weights(model_->params()); !bad.empty())
+          FP8T_FAIL("step {}: not writing a checkpoint of non-finite weights: {}{}. Resume from an earlier "
+                    "checkpoint, or start again", step_, bad, last_skipped_ ? " (this step was skipped)" : "");
+        save();
+      }
     }
     result.steps = step_;
     return result;
@@ -175,24 +186,18 @@ class Trainer {
     const double sq = reducer_->reduce();
     const double norm = std::sqrt(sq) / world;  // norm of the rank-averaged gradient
     const double lr = lr_at(cfg_.optim, step_, cfg_.train.max_steps);
-    bool skipped = false;
-    if (!std::isfinite(norm) || !std::isfinite(loss)) {
-      const std::string where = nonfinite_report();
-      if (!cfg_.train.skip_nonfinite_steps)
-        FP8T_FAIL("step {}: non-finite loss ({}) or gradient norm ({}) {}. Lower optim.lr, or set "
-                  "train.skip_nonfinite_steps: true to skip such steps",
-                  step_ + 1, loss, norm, where);
-      log_->warn("step {}: non-finite loss or gradients {}; skipping the update", step_ + 1, where);
-      skipped = true;
-    }
-    // FP8: a saturating cast hides Inf/NaN from the loss, so the amaxes are checked on their own.
-    if (const std::string bad = reduce_fp8_amax(); !bad.empty() && !skipped) {
-      if (!cfg_.train.skip_nonfinite_steps)
-        FP8T_FAIL("step {}: non-finite FP8 amax: {}. Lower optim.lr, or set train.skip_nonfinite_steps: true "
-                  "to skip such steps", step_ + 1, bad);
-      log_->warn("step {}: non-finite FP8 amax: {}; skipping the update", step_ + 1, bad);
-      skipped = true;
-    }
+    // FP8: a saturating cast hides Inf/NaN from the loss, so the amaxes are checked on their own (every
+    // step: with reduce_amax this is a collective).
+    const std::string bad_amax = reduce_fp8_amax();
+    std::string what;  // what was non-finite, if anything
+    if (!std::isfinite(norm) || !std::isfinite(loss))
+      what = fmt::format("non-finite loss ({}) or gradient norm ({}){}", loss, norm,
+                         bad_amax.empty() ? "" : "; non-finite FP8 amax: " + bad_amax);
+    else if (!bad_amax.empty())
+      what = "non-finite FP8 amax: " + bad_amax;
+    const bool skipped = !what.empty();
+    if (skipped) on_nonfinite_step(what);  // throws unless the step is to be skipped
+    else skipped_in_row_ = 0;
     if (!skipped) {
       double scale = 1.0 / world;
       if (cfg_.optim.grad_clip > 0 && norm > cfg_.optim.grad_clip) scale *= cfg_.optim.grad_clip / norm;
@@ -214,25 +219,59 @@ class Trainer {
     return loss;
   }
 
-  // Which parameter gradients in this rank's reduced range hold NaN/Inf (checked only when something went
-  // wrong).
-  std::string nonfinite_report() {
-    ParameterStore& P = model_->params();
-    const int64_t off = P.grads_begin();
-    std::string bad;
-    for (const auto& s : P.specs()) {
-      const int64_t b = std::max(s.offset, opt_begin_), e = std::min(s.offset + s.numel(), opt_end_);
-      if (b >= e) continue;
-      const double ss = sum_squares(P.grads(), b - off, e - off);
-      if (!std::isfinite(ss)) bad += (bad.empty() ? "" : ", ") + s.name;
-      if (bad.size() > 200) break;
+  // Step step_ + 1 went non-finite (`what`, before its update): stops the run naming the first op that
+  // produced a NaN/Inf, or with train.skip_nonfinite_steps counts it as skipped, stopping after
+  // train.max_skipped_steps in a row. The re-run that locates the op runs once per streak of skips.
+  void on_nonfinite_step(const std::string& what) {
+    const int step = step_ + 1;
+    if (skipped_in_row_ == 0) {
+      streak_start_ = step;
+      streak_location_ = locate_nonfinite(step);
     }
-    const std::string fp8 = model_->fp8_nonfinite_report();
-    const bool sharded = opt_end_ - opt_begin_ < P.padded_numel();
-    const std::string none = sharded ? "(not in this rank's gradient shard: in another rank's, or the loss itself)"
-                                     : "(the loss itself)";
-    return (bad.empty() ? none : "in the gradient of " + bad) +
-           (fp8.empty() ? "" : "; non-finite FP8 amax: " + fp8);
+    if (!cfg_.train.skip_nonfinite_steps)
+      FP8T_FAIL("step {}: {}. {}. Set train.skip_nonfinite_steps: true to skip such steps (at most "
+                "train.max_skipped_steps in a row)", step, what, streak_location_);
+    const int limit = cfg_.train.max_skipped_steps;
+    if (++skipped_in_row_ >= limit) {
+      const std::string steps =
+          step == streak_start_ ? fmt::format("step {}", step) : fmt::format("steps {} to {}", streak_start_, step);
+      FP8T_FAIL("step {}: {}; skipped steps in a row: {} ({}), the limit (train.max_skipped_steps): stopping. {}",
+                step, what, skipped_in_row_, steps, streak_location_);
+    }
+    log_->warn("step {}: {}; skipping the update ({} of at most {} in a row). {}", step, what, skipped_in_row_,
+               limit, skipped_in_row_ == 1 ? streak_location_ : fmt::format("(Located at step {}.)", streak_start_));
+  }
+
+  // Names the non-finite weights and the first op producing a NaN/Inf in a re-run of `step` (step_ + 1,
+  // its micro-batches replayed from the data order) with every op checked. Only called after a failure.
+  std::string locate_nonfinite(int step) {
+    std::string text;
+    if (const std::string weights = nonfinite_weights(model_->params()); !weights.empty())
+      text = fmt::format("Non-finite weights before step {}: {}. ", step, weights);
+    const std::string rerun = fmt::format("Re-running step {} with every op checked{}", step,
+                                          comm_.size() > 1 ? fmt::format(" on rank {}", comm_.rank()) : "");
+    std::string site;
+    try {
+      ShardLoader replay(cfg_.data.train, cfg_.train.micro_batch, cfg_.model.seq_len, comm_.rank(), comm_.size(),
+                         train_order_seed(cfg_));
+      Batch b(cfg_.train.micro_batch, cfg_.model.seq_len, device_);
+      for (int64_t i = 0; i < static_cast<int64_t>(step_) * accum_; ++i)
+        replay.next_batch(b.h_inputs.data(), b.h_targets.data());
+      auto next_micro = [&](int) {  // called for micro-batches 0, 1, ... in order
+        b.load(replay);
+        return std::pair{b.inputs, b.targets};
+      };
+      site = locate_first_nonfinite(*model_, accum_, next_micro, cfg_.train.recompute == Recompute::block,
+                                    1.0f / static_cast<float>(accum_));
+    } catch (const std::exception& e) {  // the report must not hide the failure it reports
+      return text + fmt::format("{} failed: {}", rerun, e.what());
+    }
+    if (!site.empty()) return text + fmt::format("{}: first non-finite value {}", rerun, site);
+    return text + fmt::format("{} found no non-finite value: {}", rerun,
+                              comm_.size() > 1 ? "it came from another rank's micro-batches (see its message) or "
+                                                 "the gradient reduction"
+                                               : "the gradient norm overflowed (squares of finite gradients beyond "
+                                                 "the float range), or the step does not reproduce");
   }
 
   // All-reduces (max) this step's FP8 amaxes over ranks when precision.fp8.reduce_amax is set, so
@@ -323,8 +362,8 @@ class Trainer {
     }
     save_optimizer_state(tmp, comm_, cfg_.distributed.zero_stage, *optim_);
     if (model_->fp8_enabled())  // per rank: without reduce_amax the ranks' scales differ
-      std::ofstream(tmp / fmt::format("fp8_rank{}.json", comm_.rank())) << model_->fp8_state().dump();
-    comm_.barrier();
+      write_checkpoint_text(tmp / fmt::format("fp8_rank{}.json", comm_.rank()), model_->fp8_state().dump());
+    comm_.barrier();  // every rank's files and digests are written: rank 0 adds manifest.json and renames
     if (comm_.rank() == 0) {
       const fs::path dst = finalize_checkpoint(run_dir_, step_);
       log_->info("checkpoint: {}", dst.string());
@@ -336,26 +375,48 @@ class Trainer {
     const auto dir = latest_checkpoint(where);
     FP8T_CHECK(dir, "--resume {}: no complete checkpoint found (expected {}/checkpoints/latest)", where.string(),
                where.string());
+    // Every file against the manifest first, then state.json's fields, then the model it describes.
+    if (const std::string unverified = verify_checkpoint(*dir, CheckpointUse::resume); !unverified.empty())
+      log_->warn("{}", unverified);
     const CheckpointState s = read_checkpoint_state(*dir);
+    const fs::path state_file = *dir / "state.json";
+    const std::string differs = model_difference(parse_config(s.config_yaml, state_file.string()).model, cfg_.model,
+                                                 "the checkpoint's state.json", "this run's config");
+    FP8T_CHECK(differs.empty(), "--resume {}: the checkpoint holds another model than this run: {}. Resume with "
+               "the config that wrote it (its run directory's config.yaml)", dir->string(), differs);
+    FP8T_CHECK(s.step <= cfg_.train.max_steps, "--resume {}: the checkpoint is at step {}, past this run's "
+               "train.max_steps {}: raise train.max_steps to train on from it", dir->string(), s.step,
+               cfg_.train.max_steps);
     const bool sharded = cfg_.distributed.zero_stage >= 1;
     FP8T_CHECK(!sharded || s.world_size == comm_.size() || s.zero_stage == 0,
                "checkpoint {} was written by {} ranks with ZeRO stage {}; resume it with the same number of ranks",
                dir->string(), s.world_size, s.zero_stage);
-    ParameterStore& P = model_->params();
-    read_tensor_file(*dir / "model.bin", P.master());
-    P.sync_compute();
+    load_model_weights(*dir, s.world_size, model_->params());
     if (const std::string changed = load_optimizer_state(*dir, s.world_size, s.zero_stage, *optim_); !changed.empty())
       log_->warn("{}", changed);
     if (model_->fp8_enabled()) {
       fs::path f = *dir / fmt::format("fp8_rank{}.json", comm_.rank());
       if (!fs::exists(f)) f = *dir / "fp8_rank0.json";  // resumed on more ranks
-      if (fs::exists(f)) model_->load_fp8_state(nlohmann::json::parse(std::ifstream(f)));
-      else log_->warn("checkpoint {} has no FP8 scaling state: FP8 scales start fresh", dir->string());
+      if (fs::exists(f)) {
+        const nlohmann::json state = read_json_object(f);
+        try {
+          model_->load_fp8_state(state);
+        } catch (const Error& e) {
+          FP8T_FAIL("{}: {}", f.string(), e.what());
+        }
+      } else {
+        log_->warn("checkpoint {} has no FP8 scaling state: FP8 scales start fresh", dir->string());
+      }
     }
     step_ = opt_steps_ = s.step;
     tokens_ = s.tokens;
-    // Replay the data order so the resumed run sees the batches the uninterrupted one would.
-    for (int64_t i = 0; i < static_cast<int64_t>(step_) * accum_; ++i) batch_->load(*train_loader_);
+    // Replay the data order so the resumed run sees the batches the uninterrupted one would (on the host
+    // only: at most the batches of train.max_steps steps, none copied to the device).
+    for (int64_t i = 0; i < static_cast<int64_t>(step_) * accum_; ++i)
+      train_loader_->next_batch(batch_->h_inputs.data(), batch_->h_targets.data());
+    if (comm_.rank() == 0)
+      if (const int dropped = drop_metrics_after(run_dir_ / "metrics.jsonl", step_); dropped > 0)
+        log_->info("metrics.jsonl: dropped {} row(s) written after step {} (after the checkpoint)", dropped, step_);
     log_->info("resumed from {} at step {}", dir->string(), step_);
   }
 
@@ -376,13 +437,40 @@ class Trainer {
   int step_ = 0, opt_steps_ = 0;
   double last_lr_ = 0, last_norm_ = 0, last_step_ms_ = 0;
   bool last_skipped_ = false;
+  int skipped_in_row_ = 0, streak_start_ = 0;  // the current streak of skipped steps and its first step
+  std::string streak_location_;                 // locate_nonfinite() at the streak's first step
 };
 
 }  // namespace
 
 TrainResult train(const Config& cfg, Communicator& comm, const std::optional<fs::path>& resume) {
+  if (cfg.train.micro_batch == 0) {  // auto: planned here, on this rank's device, before the run starts
+    std::string why;
+    const Config planned = resolve_micro_batch(cfg, comm.size(), &why);
+    if (comm.rank() == 0) fmt::print(stderr, "fp8train: {}\n", why);
+    Trainer t(planned, comm, resume);
+    return t.run();
+  }
   Trainer t(cfg, comm, resume);
   return t.run();
+}
+
+std::string summary_line(const TrainResult& r, const Config& cfg) {
+  std::string line = fmt::format("fp8train: done: {} steps", r.steps);
+  if (r.skipped_steps > 0 && r.skipped_steps == r.steps_run)
+    line += fmt::format(" (all {} run here skipped for non-finite values: the weights were not updated)",
+                        r.skipped_steps);
+  else if (r.skipped_steps > 0)
+    line += fmt::format(" ({} of {} run here skipped for non-finite values)", r.skipped_steps, r.steps_run);
+  if (r.first_val_loss) line += fmt::format(", first val_loss {:.4f}", *r.first_val_loss);
+  if (r.last_val_loss) line += fmt::format(", last val_loss {:.4f}", *r.last_val_loss);
+  for (size_t i = 1; i < cfg.data.val.size(); ++i)  // the other validation sets, in config order
+    if (const auto it = r.last_val_losses.find(cfg.data.val[i].name); it != r.last_val_losses.end())
+      line += fmt::format(", {} {:.4f}", it->first, it->second);
+  if (!r.first_val_loss && !r.last_val_loss) line += ", no validation run (data.val is empty)";
+  line += r.last_train_loss ? fmt::format(", last train loss {:.4f}", *r.last_train_loss)
+                            : std::string(", no training step run");
+  return line;
 }
 
 }  // namespace fp8t

@@ -178,3 +178,28 @@ TEST_CASE("plan: saved bytes by tensor role add up to what the tape keeps", "[pl
   CHECK(p.saved_by_role.count("attention (qkv, log-sum-exp)") == 1);
   CHECK_THAT(p.table(), Catch::Matchers::ContainsSubstring("saved for backward by tensor role"));
 }
+
+TEST_CASE("plan: train.micro_batch auto takes the largest that fits and divides the step", "[plan]") {
+  const Config parsed = parse_config(
+      "model: {n_layer: 3, n_head: 2, d_model: 32, vocab_size: 500, seq_len: 32}\ntrain: {micro_batch: auto}\n",
+      "auto.yaml");
+  CHECK(parsed.train.micro_batch == 0);
+  CHECK_THAT(parsed.to_yaml(), Catch::Matchers::ContainsSubstring("micro_batch: auto"));
+  CHECK_THROWS_WITH(parse_config("train: {micro_batch: automatic}\n", "bad.yaml"),
+                    Catch::Matchers::ContainsSubstring("or auto"));
+  const MemoryPlan whole = plan_memory(small("none"), 1);
+  Config cfg = parsed;
+  // Room for exactly 10 sequences at the planner's headroom.
+  cfg.run.memory_limit_gib =
+      (whole.total_fixed + 10.5 * whole.total_per_sample) / whole.headroom / double(int64_t{1} << 30);
+  std::string why;
+  CHECK(resolve_micro_batch(cfg, 1, &why).train.micro_batch == 10);
+  CHECK_THAT(why, Catch::Matchers::ContainsSubstring("the plan fits 10"));
+  cfg.train.total_batch_tokens = 8 * 32 * 3;  // 24 sequences per step: 10 and 9 do not divide it, 8 does
+  CHECK(resolve_micro_batch(cfg, 1, &why).train.micro_batch == 8);
+  CHECK_THAT(why, Catch::Matchers::ContainsSubstring("divides train.total_batch_tokens"));
+  allocator_for(Device::cpu()).set_limit(0);
+  Config fixed = cfg;
+  fixed.train.micro_batch = 4;
+  CHECK(resolve_micro_batch(fixed, 1, nullptr).train.micro_batch == 4);  // not auto: unchanged
+}
