@@ -13,6 +13,14 @@ install_packages() {
   local pkgs=(build-essential cmake pkg-config git ca-certificates curl nodejs npm
               libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
               libopenmpi-dev openmpi-bin libpcre2-dev libomp-dev)
+  # The plot test (python3-matplotlib) and the Slurm test's one-node cluster. Installing these starts no
+  # daemon in a container (no init; Docker's policy-rc.d); scripts/slurm/local_cluster.sh runs its own.
+  pkgs+=(python3-matplotlib slurmctld slurmd slurm-client munge)
+  # The sanitizer + fuzz build (tests/fuzz/sanitize.sh) needs clang 16 or newer (C++20 lambdas that
+  # capture structured bindings), its ASan/UBSan/libFuzzer runtimes and its OpenMP. Elsewhere it skips.
+  local llvm=""
+  case "$(. /etc/os-release && echo "${VERSION_CODENAME:-}")" in bookworm) llvm=16 ;; noble) llvm=18 ;; esac
+  if [ -n "$llvm" ]; then pkgs+=("clang-$llvm" "libclang-rt-$llvm-dev" "libomp-$llvm-dev"); fi
   local missing=()
   for p in "${pkgs[@]}" libcatch2-dev; do
     # node and npm may come from outside apt (nodesource, nvm): present is enough.

@@ -1,6 +1,7 @@
 // Tape, scopes and activation recompute.
 #include "autograd/tape.h"
 
+#include "autograd/finite_watch.h"
 #include "core/check.h"
 #include "ops/ops.h"
 
@@ -71,7 +72,12 @@ TapeScope::TapeScope(Tape* tape) : prev_(g_tape) { g_tape = tape; }
 TapeScope::~TapeScope() { g_tape = prev_; }
 
 void Tape::record(const char* name, std::function<void()> backward) {
-  nodes_.push_back(Node{name, std::move(backward)});
+  nodes_.push_back(Node{name, std::move(backward), nullptr});
+}
+
+void Tape::attach_check(std::shared_ptr<const NodeCheck> check) {
+  FP8T_CHECK(!nodes_.empty(), "attach_check: the tape has no node");
+  nodes_.back().check = std::move(check);
 }
 
 void Tape::run_backward() {
@@ -86,7 +92,10 @@ void Tape::run_backward() {
     {
       Node node = std::move(nodes_.back());
       nodes_.pop_back();
+      FiniteWatch* watch = node.check ? finite_watch() : nullptr;
+      if (watch) watch->before_node(*node.check);
       node.backward();  // `node` (and what it holds) is released at the end of this scope
+      if (watch) watch->after_node(*node.check);
     }
     if (hook_) hook_(nodes_.size());
   }
@@ -116,6 +125,7 @@ Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& input) {
     Tape inner;
     if (g_progress_hook) inner.set_progress_hook(*g_progress_hook);
     Var x = make_var(input->value, true);
+    if (finite_watch()) x->name = input->name;  // debug re-run: messages name the block input
     Var y;
     {
       TapeScope ts(&inner);
@@ -128,6 +138,7 @@ Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& input) {
     }
     add_(grad_of(input), grad_of(x));
   });
+  watch_op("checkpoint", out, {&input});
   return out;
 }
 

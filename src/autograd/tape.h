@@ -3,6 +3,7 @@
 // Autograd never sees CUDA or MPI: closures call ops, ops call kernels.
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,9 +11,12 @@
 
 namespace fp8t {
 
+struct NodeCheck;  // autograd/finite_watch.h
+
 struct Node {
   const char* name;
   std::function<void()> backward;
+  std::shared_ptr<const NodeCheck> check;  // set only in a debug re-run (FiniteWatch)
 };
 
 class Tape {
@@ -22,6 +26,8 @@ class Tape {
   void backward(const Var& loss, float seed = 1.0f);
   // Runs the nodes in reverse without seeding (the caller already set the output gradients).
   void run_backward();
+  // Attaches the debug re-run's checks to the node recorded last (FiniteWatch::after_op).
+  void attach_check(std::shared_ptr<const NodeCheck> check);
   void clear() { nodes_.clear(); }
   size_t size() const { return nodes_.size(); }
   // Called after each node has run and been released, with the number of nodes still to run

@@ -15,6 +15,9 @@ namespace fp8t {
 struct PendingGrad {
   Tensor operand;                 // d gelu(v), v's shape and dtype; undefined: nothing pending
   std::function<Tensor()> input;  // v's value (or its FP8 round trip) for gelu'(v)
+  // Optionally that round trip's compact form: (rows, cols) E4M3 codes and an f32 scale_inv per row
+  // (fp8/saved.h), which a producer's fused pass may read instead of calling input().
+  Tensor input_codes, input_row_scale_inv;
   // v's gradient gelu'(v) * operand in a fresh tensor, bit for bit what the producer's fused pass reads.
   std::function<Tensor(const Tensor& operand, const Tensor& input)> materialize;
   bool defined() const { return operand.defined(); }

@@ -69,7 +69,8 @@ class GPT {
  private:
   Var block(int layer, const Var& x);
   // linear() or fp8_linear() for the linear `kind` of block `layer` (-1 for the head).
-  Var dense(LinearKind kind, int layer, const Var& x, const Var& w, const Var& b);
+  // serve_input: an FP8 linear serves x to x's other readers from its FP8 codes (fp8_linear.h).
+  Var dense(LinearKind kind, int layer, const Var& x, const Var& w, const Var& b, bool serve_input = false);
   Var hidden(const Tensor& tokens, bool recompute);  // final LayerNorm output (B, T, C)
 
   ModelConfig cfg_;

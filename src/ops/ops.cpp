@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "autograd/finite_watch.h"
 #include "fp8/saved.h"
 #include "ops/cpu/reference.h"
 #include "ops/dispatch.h"
@@ -122,6 +123,7 @@ Var embedding(const Tensor& tokens, const Var& wte, const Var& wpe) {
       });
     });
   }
+  watch_op("embedding", y, {&wte, &wpe});
   return y;
 }
 
@@ -179,6 +181,7 @@ Var linear(const Var& x, const Var& w, const Var& b) {
       });
     });
   }
+  watch_op("linear", y, {&x, &w, &b});
   return y;
 }
 
@@ -227,6 +230,7 @@ Var gelu_mlp_cuda(const Var& x, const Var& w1, const Var& b1, const Var& w2, con
                                 accumulate);
     });
   }
+  watch_op("gelu_mlp", y, {&x, &w1, &b1, &w2, &b2});
   return y;
 }
 }  // namespace
@@ -293,6 +297,7 @@ Var layernorm(const Var& x, const Var& w, const Var& b) {
       });
     });
   }
+  watch_op("layernorm", y, {&x, &w, &b});
   return y;
 }
 
@@ -328,6 +333,7 @@ Var gelu(const Var& x, bool store_fp8) {
       });
     });
   }
+  watch_op("gelu", y, {&x});
   return y;
 }
 
@@ -376,6 +382,7 @@ Var add(const Var& a, const Var& b) {
       }
     });
   }
+  watch_op("add", y, {&a, &b});
   return y;
 }
 
@@ -411,17 +418,21 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
                                          n_head, B, T, C] {
       const Tensor& dout = grad_of(y);
       const Tensor qv = qkv_kept ? value_of(qkv_kept) : fp8_restore(saved, MemCategory::workspace);
+      // The output, or where the projection serves it from its FP8 codes (fp8_linear's serve_input) their
+      // dequantized values: delta = rowsum(dO * O) then reads the O that the projection read.
+      const Tensor& ov = value_of(y);
       if (dout.device().is_cuda()) {
         FP8T_ON_CUDA("attention backward",
-                     cuda_ops::attention_backward(grad_of(qg), dout, qv, y->value, lse, n_head));
+                     cuda_ops::attention_backward(grad_of(qg), dout, qv, ov, lse, n_head));
         return;
       }
       on_cpu(dout.dtype(), "attention backward", [&]<typename F>() {
-        cpu::attention_backward<F>(grad_of(qg).data<F>(), cptr<F>(dout), cptr<F>(qv), cptr<F>(y->value),
+        cpu::attention_backward<F>(grad_of(qg).data<F>(), cptr<F>(dout), cptr<F>(qv), cptr<F>(ov),
                                    cptr<F>(lse), B, T, C, n_head);
       });
     });
   }
+  watch_op("attention", y, {&qkv});
   return y;
 }
 
@@ -484,6 +495,7 @@ Var cross_entropy(const Var& logits, const Tensor& targets, int64_t vocab_size) 
       });
     });
   }
+  watch_op("cross_entropy", y, {&logits});
   return y;
 }
 
@@ -580,6 +592,7 @@ Var lm_head_loss(const Var& h, const Var& w, const Tensor& targets, int64_t voca
         add_(grad_of(hg), dh.view(hg.shape));
     });
   }
+  watch_op("lm_head_loss", y, {&h, &w});
   return y;
 }
 

@@ -3,6 +3,8 @@
 // Layout conventions (fixed alphabet): B batch, T time, C channels, OC out channels, NH heads,
 // HS head size, V vocabulary (real), Vp padded vocabulary.
 #pragma once
+#include <optional>
+
 #include "autograd/tape.h"
 #include "core/tensor.h"
 
@@ -15,6 +17,10 @@ void add_(Tensor& dst, const Tensor& src);  // dst += src (same numel; f32/f64/b
 void scale_(Tensor& t, float s);
 Tensor cast(const Tensor& t, DType dtype, MemCategory cat = MemCategory::activations);  // f32<->f64<->bf16
 void cast_into(Tensor& dst, const Tensor& src);  // dst (its dtype) = src converted; same numel and device
+// The flat index of t's first NaN or Inf element; none when all are finite or t holds no floats (FP8
+// codes, i32). On CUDA a sum-of-squares reduction screens the tensor and only a tensor it flags is
+// copied to the host (a finite one whose squares overflow is then found finite). Synchronises.
+std::optional<int64_t> first_nonfinite(const Tensor& t);
 
 // ---- Differentiable ops ----
 // tokens: i32 (B, T); wte (Vp, C); wpe (maxT, C)  ->  (B, T, C)

@@ -1,9 +1,14 @@
-// Tensor utilities without autograd: zeros_like, fill_, add_, scale_, cast. On the host they
+// Tensor utilities without autograd: zeros_like, fill_, add_, scale_, cast, first_nonfinite. On the host they
 // accept f32, f64 and bf16 in any combination; CUDA tensors go to cuda_ops.
+#include <cmath>
 #include <cstring>
 
 #include "ops/dispatch.h"
 #include "ops/ops.h"
+
+#ifdef FP8T_HAVE_CUDA
+#include "ops/cuda_optim.h"
+#endif
 
 namespace fp8t {
 
@@ -115,6 +120,23 @@ void cast_into(Tensor& dst, const Tensor& t) {
   const int64_t n = t.numel();
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
   for (int64_t i = 0; i < n; ++i) store(dst, i, load(t, i));
+}
+
+std::optional<int64_t> first_nonfinite(const Tensor& t) {
+  if (!t.defined() || !is_host_float(t.dtype())) return std::nullopt;
+  if (t.device().is_cuda()) {
+#ifdef FP8T_HAVE_CUDA
+    if (t.dtype() != DType::f64 && std::isfinite(cuda_ops::sum_squares(t.raw(), t.dtype(), t.numel())))
+      return std::nullopt;
+    return first_nonfinite(t.to(Device::cpu(), MemCategory::workspace));
+#else
+    FP8T_FAIL("first_nonfinite: tensor is on a CUDA device but this build has no CUDA");
+#endif
+  }
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(load(t, i))) return i;
+  return std::nullopt;
 }
 
 }  // namespace fp8t

@@ -221,7 +221,7 @@ TEST_CASE("config: out-of-range values name file - line and key", "[config]") {
   };
   for (const Case& c : cases) require_names(error_of(c.text), c.line, c.key);
   CHECK_THAT(error_of("train:\n  micro_batch: 0\n"),
-             ContainsSubstring("expected an integer >= 1, got 0"));
+             ContainsSubstring("expected an integer >= 1 or auto, got 0"));
   CHECK_THAT(error_of("optim:\n  betas: [0.9, 1.0]\n"), ContainsSubstring("in [0, 1)"));
 }
 

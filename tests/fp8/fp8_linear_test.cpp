@@ -505,12 +505,13 @@ precision:
   cfg32.precision.compute = ComputeMode::fp32;
   cfg32.run.out_dir = (root / "run32").string();
   const TrainResult r32 = train(cfg32, *comm);
-  INFO("val loss fp8 " << r.first_val_loss << " -> " << r.last_val_loss << ", fp32 " << r32.first_val_loss << " -> "
-                       << r32.last_val_loss);
+  INFO("val loss fp8 " << r.first_val_loss.value() << " -> " << r.last_val_loss.value() << ", fp32 "
+                       << r32.first_val_loss.value() << " -> " << r32.last_val_loss.value());
   CHECK(r.steps == 12);
-  CHECK(std::isfinite(r.last_val_loss));
-  CHECK(r.last_val_loss < 0.9 * r.first_val_loss);
-  CHECK(std::fabs(r.last_val_loss - r32.last_val_loss) < 0.05 * r32.last_val_loss);  // FP8 tracks FP32
+  CHECK(std::isfinite(r.last_val_loss.value()));
+  CHECK(r.last_val_loss.value() < 0.9 * r.first_val_loss.value());
+  // FP8 tracks FP32
+  CHECK(std::fabs(r.last_val_loss.value() - r32.last_val_loss.value()) < 0.05 * r32.last_val_loss.value());
   std::ifstream mf(root / "run" / "metrics.jsonl");
   std::string line;
   int with_fp8 = 0, with_error = 0;
