@@ -302,8 +302,9 @@ inline __attribute__((always_inline)) float exp_nonpositive(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float e = p * r * r + r + 1.0f;
-  int32_t ni = static_cast<int32_t>(n);
-  ni = ni < -127 ? -127 : ni;  // 2^-127 -> bit pattern 0 -> result 0
+  // Clamped before the conversion (a NaN or a float below INT32_MIN would make it undefined, UBSan):
+  // 2^-127 -> bit pattern 0 -> result 0; a NaN x keeps e NaN, so the result stays NaN.
+  const int32_t ni = static_cast<int32_t>(std::fmax(n, -127.0f));
   return e * std::bit_cast<float>((ni + 127) << 23);
 }
 
