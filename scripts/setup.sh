@@ -17,10 +17,11 @@ install_packages() {
   # daemon in a container (no init; Docker's policy-rc.d); scripts/slurm/local_cluster.sh runs its own.
   pkgs+=(python3-matplotlib slurmctld slurmd slurm-client munge)
   # The sanitizer + fuzz build (tests/fuzz/sanitize.sh) needs clang 16 or newer (C++20 lambdas that
-  # capture structured bindings), its ASan/UBSan/libFuzzer runtimes and its OpenMP. Elsewhere it skips.
+  # capture structured bindings) and its ASan/UBSan/libFuzzer runtimes. Elsewhere it skips.
   local llvm=""
   case "$(. /etc/os-release && echo "${VERSION_CODENAME:-}")" in bookworm) llvm=16 ;; noble) llvm=18 ;; esac
-  if [ -n "$llvm" ]; then pkgs+=("clang-$llvm" "libclang-rt-$llvm-dev" "libomp-$llvm-dev"); fi
+  # Not libomp-$llvm-dev: it conflicts with libomp-dev (libomp-14-dev) above, and apt would refuse both.
+  if [ -n "$llvm" ]; then pkgs+=("clang-$llvm" "libclang-rt-$llvm-dev"); fi
   local missing=()
   for p in "${pkgs[@]}" libcatch2-dev; do
     # node and npm may come from outside apt (nodesource, nvm): present is enough.
