@@ -3,12 +3,12 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include "optim/adamw_math.h"
+#include "core/adamw_math.h"
 
 namespace fp8t::kernels {
 
 // One AdamW step over b.n elements of device buffers, bit for bit adamw_update_cpu (ops/cpu/adamw.h):
-// per element adamw_element (optim/adamw_math.h) with the weight decay of its segment, then m and v
+// per element adamw_element (core/adamw_math.h) with the weight decay of its segment, then m and v
 // stored in b.state_dtype (bf16 rounded stochastically; fp8 m re-scaled per block of kMomentBlock from
 // the block's new amax). b.segments must be a device array.
 void adamw_update(const AdamWBuffers& b, const AdamWHyper& h, cudaStream_t stream);

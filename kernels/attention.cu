@@ -426,10 +426,8 @@ void check_sizes(const char* what, const void* qkv, int B, int T, int NH, int HS
   checked_int(3 * int64_t{NH} * HS, what, "the qkv row length 3 * NH * HS");
 }
 
-bool g_wgmma = true;  // set_attention_wgmma
-
 // Whether head size HS runs the warpgroup-MMA kernels (kernels/attention_wgmma.cuh).
-bool use_wgmma(int HS) { return HS == 64 && g_wgmma && attention_wgmma_available(); }
+bool use_wgmma(int HS, const AttentionKernels& k) { return HS == 64 && k.wgmma && attention_wgmma_available(); }
 
 template <int HS>
 void launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
@@ -446,7 +444,7 @@ void launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH
 
 template <int HS>
 void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv, const bf16* out,
-                     const float* lse, int B, int T, int NH, cudaStream_t stream) {
+                     const float* lse, int B, int T, int NH, cudaStream_t stream, const AttentionKernels& k) {
   constexpr int KEYS = BwdTile<HS>::kKeys, kThreads = 2 * KEYS, bytes = backward_smem_bytes<HS>();
   static const int slots = [] {  // blocks resident at once on the device
     CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -460,15 +458,16 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
   const float scale = 1.0f / sqrtf(float(HS));
   const unsigned delta_blocks = checked_grid(ceil_div64(n_chunks, 256), kMaxGridX, "attention_backward",
                                              "B*T*C / 8 chunks of dout (256 per block)");
-  const bool wgmma = use_wgmma(HS);
-  const bool tiled = wgmma && attention_backward_wgmma_tiled_dq();
+  const bool wgmma = use_wgmma(HS, k);
+  const bool tiled = wgmma && attention_backward_wgmma_tiled_dq(k.wgmma_backward_variant);
   if (tiled)
     CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, attention_dq_scratch_floats(B, T, NH, HS) * sizeof(float), stream));
   attention_delta_kernel<HS><<<delta_blocks, 256, 0, stream>>>(delta, tiled ? nullptr : dq_accum, dout, out, n_chunks,
                                                                T, NH);
   CUDA_CHECK_LAUNCH();
   if (wgmma) {
-    attention_backward_wgmma64(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream);
+    attention_backward_wgmma64(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, k.wgmma_backward_variant,
+                               stream);
   } else {
     const int BH = B * NH, n_kb = ceil_div(T, KEYS);
     attention_backward_kernel<HS><<<BH * n_kb, kThreads, bytes, stream>>>(
@@ -485,17 +484,16 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
 
 }  // namespace
 
-void set_attention_wgmma(bool enable) { g_wgmma = enable; }
-
-int64_t attention_dq_scratch_floats(int B, int T, int NH, int HS) {
-  if (use_wgmma(HS) && attention_backward_wgmma_tiled_dq())
+int64_t attention_dq_scratch_floats(int B, int T, int NH, int HS, const AttentionKernels& k) {
+  if (use_wgmma(HS, k) && attention_backward_wgmma_tiled_dq(k.wgmma_backward_variant))
     return int64_t{B} * NH * ceil_div(T, 64) * 64 * 64;  // whole 64-query tiles per head
   return int64_t{B} * T * NH * HS;
 }
 
-void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
+void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int HS, cudaStream_t stream,
+                       const AttentionKernels& k) {
   check_sizes("attention_forward", qkv, B, T, NH, HS);
-  if (use_wgmma(HS))
+  if (use_wgmma(HS, k))
     attention_forward_wgmma64(out, lse, qkv, B, T, NH, 1.0f / sqrtf(64.0f), stream);
   else if (HS == 64)
     launch_forward<64>(out, lse, qkv, B, T, NH, stream);
@@ -504,16 +502,17 @@ void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int
 }
 
 void attention_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv, const bf16* out,
-                        const float* lse, int B, int T, int NH, int HS, cudaStream_t stream) {
+                        const float* lse, int B, int T, int NH, int HS, cudaStream_t stream,
+                        const AttentionKernels& k) {
   check_sizes("attention_backward", qkv, B, T, NH, HS);
   FP8T_CHECK(aligned16(dout) && aligned16(out), "attention_backward: dout and out must be 16-byte aligned");
   FP8T_CHECK(aligned16(dqkv) && aligned16(dq_accum), "attention_backward: dqkv and dq_accum must be 16-byte aligned");
   FP8T_CHECK(int64_t{B} * NH * ceil_div(T, 64) <= 0x7fffffff, "attention_backward: grid too large (B={} NH={} T={})", B,
              NH, T);
   if (HS == 64)
-    launch_backward<64>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream);
+    launch_backward<64>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream, k);
   else
-    launch_backward<128>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream);
+    launch_backward<128>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream, k);
 }
 
 }  // namespace fp8t::kernels

@@ -8,21 +8,26 @@
 
 namespace fp8t::kernels {
 
+// Which kernels attention runs. The defaults are the product's choice; the alternatives stay for the tests
+// and benchmarks that compare them against it (tests/gpu/attention_test.cpp).
+struct AttentionKernels {
+  // Head size 64 on a Hopper GPU with an sm_90a build: the forward and the backward's main pass on warpgroup
+  // MMAs (kernels/attention_wgmma.cu); false: the mma.sync kernels every GPU runs.
+  bool wgmma = true;
+  int wgmma_backward_variant = 3;  // attention_wgmma.cuh
+};
+
 // out (B, T, C) bf16; lse (B, NH, T) f32 = logsumexp of each scaled score row (saved for backward).
 // HS = C / NH must be 64 or 128.
 void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
-                       cudaStream_t stream);
+                       cudaStream_t stream, const AttentionKernels& kernels = {});
 // dqkv (B, T, 3C) bf16 += gradient of the attention. Scratch: dq_accum, attention_dq_scratch_floats() f32
 // (at least B * T * C), and delta (B, NH, T) f32, both overwritten.
 void attention_backward(__nv_bfloat16* dqkv, float* dq_accum, float* delta, const __nv_bfloat16* dout,
                         const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse, int B, int T, int NH,
-                        int HS, cudaStream_t stream);
+                        int HS, cudaStream_t stream, const AttentionKernels& kernels = {});
 
-// Head size 64 on a Hopper GPU with an sm_90a build: the forward and the backward's main pass run on warpgroup
-// MMAs (kernels/attention_wgmma.cu; the default) or, with false, on the mma.sync kernels every GPU runs.
-void set_attention_wgmma(bool enable);
-
-// Floats of attention_backward's dq_accum scratch for these sizes (with the current kernel choice).
-int64_t attention_dq_scratch_floats(int B, int T, int NH, int HS);
+// Floats of attention_backward's dq_accum scratch for these sizes and kernels.
+int64_t attention_dq_scratch_floats(int B, int T, int NH, int HS, const AttentionKernels& kernels = {});
 
 }  // namespace fp8t::kernels

@@ -6,8 +6,6 @@
 //   dV += P^T dO, dK += dS^T Q           (A from registers, B = dO, Q read transposed from shared memory)
 //   dQ = dS K                            (dS^T through shared memory, read transposed) -> dq_accum
 // Tiles as in kernels/attention_wgmma_common.cuh; Q and dO double-buffered.
-#include <cstdlib>
-#include <cstring>
 
 #include "core/launch_limits.h"
 #include "kernels/attention_wgmma.cuh"
@@ -202,20 +200,6 @@ __global__ void attention_backward_wgmma_kernel(bf16*, float*, const float*, con
 
 #endif
 
-// set_attention_backward_wgmma_variant; the environment's FP8T_ATTN_BWD_VARIANT (0..3) picks the starting one.
-int initial_variant() {
-  const char* env = std::getenv("FP8T_ATTN_BWD_VARIANT");
-  if (!env || !*env) return 3;
-  FP8T_CHECK(std::strlen(env) == 1 && env[0] >= '0' && env[0] <= '3',
-             "FP8T_ATTN_BWD_VARIANT={}: expected 0, 1, 2 or 3 (see kernels/attention_wgmma.cuh)", env);
-  return env[0] - '0';
-}
-int g_variant = -1;  // read from the environment at first use (an error then is an exception, not a crash)
-int current_variant() {
-  if (g_variant < 0) g_variant = initial_variant();
-  return g_variant;
-}
-
 template <int kMinBlocks, bool kBulk>
 void launch_backward_wgmma(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
                            const float* lse, int B, int T, int NH, float scale, cudaStream_t stream) {
@@ -236,17 +220,17 @@ void launch_backward_wgmma(bf16* dqkv, float* dq_accum, const float* delta, cons
 
 }  // namespace
 
-void set_attention_backward_wgmma_variant(int variant) {
+bool attention_backward_wgmma_tiled_dq(int variant) {
   FP8T_CHECK(variant >= 0 && variant < 4, "attention backward wgmma variant {} (0..3)", variant);
-  g_variant = variant;
+  return variant >= 2;
 }
 
-bool attention_backward_wgmma_tiled_dq() { return current_variant() >= 2; }
-
 void attention_backward_wgmma64(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
-                                const float* lse, int B, int T, int NH, float scale, cudaStream_t stream) {
+                                const float* lse, int B, int T, int NH, float scale, int variant,
+                                cudaStream_t stream) {
   FP8T_CHECK(attention_wgmma_available(), "attention_backward_wgmma64: needs an sm_90a build on a Hopper GPU");
-  switch (current_variant()) {
+  FP8T_CHECK(variant >= 0 && variant < 4, "attention backward wgmma variant {} (0..3)", variant);
+  switch (variant) {
     case 0: launch_backward_wgmma<2, false>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream); break;
     case 1: launch_backward_wgmma<3, false>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream); break;
     case 2: launch_backward_wgmma<2, true>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream); break;

@@ -3,8 +3,6 @@
 // sums over row chunks, reduced in shared memory and added with one atomic per column per chunk. The
 // statistics alone (layernorm_stats) for the FP8 cast that applies the normalization itself
 // (kernels/fp8_cast.cuh).
-#include <cstdlib>
-#include <string_view>
 
 #include "core/launch_limits.h"
 #include "kernels/cuda_common.cuh"
@@ -342,13 +340,8 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
   const bool vec = C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
   const unsigned blocks = row_blocks(N, "layernorm_backward");
   const int threads = 32 * kRowsPerBlock;
-  // FP8T_LN_BWD=split keeps the two-kernel backward, for side-by-side benchmarks
-  // (scripts/bench/gpt2_vs_torch.sh +lnsplit).
-  static const bool split = [] {
-    const char* env = std::getenv("FP8T_LN_BWD");
-    return env != nullptr && std::string_view(env) == "split";
-  }();
-  if (vec && C <= 256 * 16 && !split) {  // one pass: dinp and the column sums together
+  // One pass, dinp and the column sums together; the two-kernel backward below takes the other shapes.
+  if (vec && C <= 256 * 16) {
     static const int slots = [] {
       int device = 0, sms = 0;
       CUDA_CHECK(cudaGetDevice(&device));

@@ -9,7 +9,6 @@
 #include <unordered_map>
 
 #include "kernels/cuda_common.cuh"
-#include "core/allocator.h"
 #include "kernels/matmul.cuh"
 
 namespace fp8t::kernels {
@@ -125,7 +124,20 @@ struct Plan {
   int num_candidates = 0;
 };
 
-bool g_autotune = false;  // set by the trainer before the first GEMM
+MatmulMemory g_memory;    // set_matmul_memory
+bool g_autotune = false;  // set_matmul_autotune
+
+void* env_allocate(size_t bytes) {
+  if (g_memory.allocate) return g_memory.allocate(bytes);
+  void* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, bytes));
+  return p;
+}
+
+void env_deallocate(void* p, size_t bytes) {
+  if (g_memory.deallocate) return g_memory.deallocate(p, bytes);
+  CUDA_CHECK(cudaFree(p));
+}
 
 MatrixLayout make_layout(cudaDataType_t t, int rows, int cols) {
   cublasLtMatrixLayout_t l = nullptr;
@@ -148,8 +160,6 @@ struct DeviceContext {
 DeviceContext& device_context() {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
-  // The allocators are created before the contexts below, so they outlive them at exit.
-  Allocator& alloc = allocator_for(Device::cuda(dev));
   static std::mutex mu;
   static std::map<int, std::unique_ptr<DeviceContext>> contexts;
   std::lock_guard lk(mu);
@@ -157,8 +167,9 @@ DeviceContext& device_context() {
   if (!ctx) {
     ctx = std::make_unique<DeviceContext>();
     ctx->handle = make_cublaslt();
-    // Held for the life of the process (accounted under `workspace`).
-    ctx->workspace = alloc.allocate(kWorkspaceBytes, MemCategory::workspace);
+    // Held for the life of the process (from the caching allocator once it exists: it then outlives these
+    // contexts at exit).
+    ctx->workspace = env_allocate(kWorkspaceBytes);
   }
   return *ctx;
 }
@@ -221,14 +232,11 @@ Plan& get_plan(DeviceContext& ctx, const PlanKey& key) {
 // call's own D (read as C when beta != 0) is untouched; the caller then runs the chosen algorithm.
 void autotune(DeviceContext& ctx, Plan& plan, const PlanKey& key, const void* a, const void* b, const void* c,
               bool aux_is_output, float alpha, float beta, cudaStream_t stream) {
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  Allocator& alloc = allocator_for(Device::cuda(dev));
   const size_t d_bytes = static_cast<size_t>(key.m) * key.n * dtype_size(key.d);
-  void* scratch = alloc.allocate(d_bytes, MemCategory::workspace);
+  void* scratch = env_allocate(d_bytes);
   void* aux_scratch = nullptr;
   if (aux_is_output) {
-    aux_scratch = alloc.allocate(static_cast<size_t>(key.m) * key.n * dtype_size(key.d), MemCategory::workspace);
+    aux_scratch = env_allocate(d_bytes);
     set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux_scratch);
   }
   cudaEvent_t ev[2];
@@ -255,8 +263,8 @@ void autotune(DeviceContext& ctx, Plan& plan, const PlanKey& key, const void* a,
   for (auto& e : ev) CUDA_CHECK(cudaEventDestroy(e));
   if (best >= 0) plan.algo = plan.candidates[best];
   plan.num_candidates = 0;
-  alloc.deallocate(scratch, d_bytes, MemCategory::workspace);
-  if (aux_scratch) alloc.deallocate(aux_scratch, d_bytes, MemCategory::workspace);
+  env_deallocate(scratch, d_bytes);
+  if (aux_scratch) env_deallocate(aux_scratch, d_bytes);
 }
 
 }  // namespace
@@ -308,6 +316,7 @@ void matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, con
 
 }  // namespace
 
+void set_matmul_memory(const MatmulMemory& memory) { g_memory = memory; }
 void set_matmul_autotune(bool on) { g_autotune = on; }
 
 void matmul_cublaslt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, const MatmulOperand& b,

@@ -27,9 +27,18 @@ struct MatmulOperand {
   const float* scale = nullptr;
 };
 
-// Autotuning (config run.gemm_autotune): when on, each new GEMM plan (shape, layout, dtypes,
-// epilogue, alignment) asks cuBLASLt's heuristic for up to 8 algorithms and times them on its first
-// call (into scratch outputs), keeping the fastest; when off, the heuristic's first choice. Plans
+// Device memory for the GEMM wrapper (the 32 MiB workspace of each device and the autotuning scratch), on the
+// current device. The caching allocator installs its own when it is created (core/cuda_allocator.cpp), so
+// this memory is accounted under `workspace`; until then it comes from cudaMalloc.
+struct MatmulMemory {
+  void* (*allocate)(size_t bytes) = nullptr;
+  void (*deallocate)(void* p, size_t bytes) = nullptr;
+};
+void set_matmul_memory(const MatmulMemory& memory);
+
+// Autotuning (config run.gemm_autotune, set through cuda_ops::set_gemm_autotune): when on, each new GEMM plan
+// (shape, layout, dtypes, epilogue, alignment) asks cuBLASLt's heuristic for up to 8 algorithms and times them
+// on its first call (into scratch outputs), keeping the fastest; when off, the heuristic's first choice. Plans
 // made before a change keep their algorithm.
 void set_matmul_autotune(bool on);
 

@@ -29,14 +29,9 @@ for PREC in $PRECS; do
   [[ $PREC == *+all* ]] && VARIANT+=(--set precision.fp8.activation_storage=fp8_all)
   [[ $PREC == *+tune* ]] && VARIANT+=(--set run.gemm_autotune=true)
   [[ $PREC == *+notune* ]] && VARIANT+=(--set run.gemm_autotune=false)
-  # +vN: the HS 64 wgmma attention backward's variant N (FP8T_ATTN_BWD_VARIANT, kernels/attention_wgmma.cuh).
-  ENVV=()
-  [[ $PREC =~ \+v([0-3]) ]] && ENVV=(env FP8T_ATTN_BWD_VARIANT="${BASH_REMATCH[1]}")
-  # +lnsplit: the two-kernel LayerNorm backward (FP8T_LN_BWD=split, kernels/layernorm.cu).
-  [[ $PREC == *+lnsplit* ]] && ENVV=(env FP8T_LN_BWD=split "${ENVV[@]:1}")
   RUN="$OUTDIR/$MODEL-$PREC-b$B"
   rm -rf "$RUN"
-  "${ENVV[@]}" "$BIN" train --config "configs/$NAME-$BASE.yaml" --set run.out_dir="$RUN" --set train.micro_batch="$B" \
+  "$BIN" train --config "configs/$NAME-$BASE.yaml" --set run.out_dir="$RUN" --set train.micro_batch="$B" \
     --set train.total_batch_tokens=0 --set train.max_steps="$STEPS" --set train.eval_every=0 \
     --set train.checkpoint_every=-1 --set 'data.val=""' --set run.log_every=10 "${VARIANT[@]}" \
     > "$RUN.log" 2>&1 || { echo "fp8train $PREC failed:"; tail -20 "$RUN.log"; continue; }

@@ -4,7 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "autograd/tape.h"
-#include "ops/ops.h"
+#include "core/tensor_ops.h"
 
 namespace fp8t {
 

@@ -3,7 +3,7 @@
 
 #include "autograd/finite_watch.h"
 #include "core/check.h"
-#include "ops/ops.h"
+#include "core/tensor_ops.h"
 
 namespace fp8t {
 

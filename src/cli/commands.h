@@ -17,6 +17,7 @@ void add_train(CLI::App& app);
 void add_prepare(CLI::App& app);
 void add_sample(CLI::App& app);
 void add_export(CLI::App& app);
+void add_import(CLI::App& app);
 void add_plan(CLI::App& app);
 
 }  // namespace fp8t::cli

@@ -1,4 +1,4 @@
-// fp8train command line: train, plan, prepare, sample, export.
+// fp8train command line: train, plan, prepare, sample, export, import.
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   fp8t::cli::add_prepare(app);
   fp8t::cli::add_sample(app);
   fp8t::cli::add_export(app);
+  fp8t::cli::add_import(app);
   fp8t::cli::add_plan(app);
   try {
     app.parse(argc, argv);
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
   } catch (const std::filesystem::filesystem_error& e) {
     fmt::print(stderr,
                "fp8train: error: while running 'fp8train {}': cannot use '{}': {} ({}); check the paths "
-               "given (run.out_dir, data.*, --checkpoint, --resume, --out)\n",
+               "given (run.out_dir, data.*, train.init_from, --checkpoint, --resume, --hf, --llmc, --out)\n",
                subcommand(app), e.path1().string(), e.code().message(), e.what());
     return 1;
   } catch (const std::exception& e) {

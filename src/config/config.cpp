@@ -287,36 +287,10 @@ std::string Config::where(std::string_view key) const {
 
 namespace {
 
-// The one YAML document of a config. A second one is refused rather than silently dropped
-// (yaml-cpp's Load reads only the first); empty documents, as a trailing '---' makes, are ignored.
-YAML::Node load_document(const std::string& yaml_text, const std::string& source) {
-  std::vector<YAML::Node> docs;
-  try {
-    docs = YAML::LoadAll(yaml_text);
-  } catch (const YAML::Exception& e) {
-    // yaml-cpp says only "bad file" when nesting exceeds its depth limit.
-    const std::string what =
-        e.msg == "bad file" ? "the document nests too deeply or leaves a bracket open" : e.msg;
-    throw Error(fmt::format("{}: YAML syntax error: {}",
-                            Origin{source, yaml_util::line_of(e.mark), {}}.where(), what));
-  }
-  YAML::Node root;
-  for (const YAML::Node& doc : docs) {
-    if (doc.IsNull()) continue;
-    if (root.IsDefined() && !root.IsNull())
-      fail(Origin{source, yaml_util::line_of(doc.Mark()), {}}, "config",
-           fmt::format("a second YAML document (after a '---' line) starts here, and the one on line {} "
-                       "is the config; a config is one document: delete the '---' and merge the two",
-                       yaml_util::line_of(root.Mark())));
-    root = doc;
-  }
-  return root;
-}
-
 // from_file: a file must set at least one key (an empty file is a mistake, not "all defaults").
 Config parse(const std::string& yaml_text, const std::string& source,
              const std::vector<std::string>& overrides, bool from_file) {
-  const YAML::Node root = load_document(yaml_text, source);
+  const YAML::Node root = yaml_util::load_one_document(yaml_text, source);
   Entries entries;
   if (root.IsMap()) {
     flatten(root, "", Origin{source, 0, {}}, entries);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/dtype.h"
 
 namespace fp8t {
 
@@ -20,6 +21,7 @@ struct RunConfig {
   int log_every = 1;                 // console/log line every N steps (metrics.jsonl gets every step)
   bool gemm_autotune = false;        // CUDA: time cuBLASLt's candidate algorithms per GEMM shape, keep the fastest
   double memory_limit_gib = 0;       // CUDA: cap the device memory pool at this many GiB (0: the whole card)
+  double peak_tflops = 0;            // MFU's peak per rank, dense TFLOP/s (0: the device table; on CPU: no MFU)
 };
 
 struct ModelConfig {
@@ -77,6 +79,9 @@ struct TrainConfig {
   Recompute recompute = Recompute::none;  // see Recompute
   bool skip_nonfinite_steps = false;      // skip an optimizer step with NaN/Inf instead of stopping
   int max_skipped_steps = 5;              // with skip_nonfinite_steps: stop after this many skips in a row
+  // A run or checkpoint directory (e.g. from `fp8train import`) whose weights a new run starts from: step 0,
+  // fresh optimizer and FP8 state; its model must be this config's. "": the seeded init. --resume wins over it.
+  std::string init_from;
 };
 
 enum class Schedule { cosine, linear, constant };
@@ -86,8 +91,6 @@ enum class Schedule { cosine, linear, constant };
 // 128 consecutive elements of the optimizer's range, v bf16 (3 bytes + 4/128). Moments stored in bf16
 // round stochastically from a hash of (step, element index), the same bits on every backend; E4M3
 // codes round to nearest even.
-enum class StateDtype { fp32, bf16, fp8 };
-
 struct OptimConfig {
   double lr = 6e-4;            // peak learning rate
   double min_lr_ratio = 0.1;   // final lr = lr * min_lr_ratio

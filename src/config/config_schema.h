@@ -88,6 +88,7 @@ void visit_fields(C& c, V& v) {
   v("run.log_every", r.log_every, at_least(1));
   v("run.gemm_autotune", r.gemm_autotune);
   v("run.memory_limit_gib", r.memory_limit_gib, at_least(0));
+  v("run.peak_tflops", r.peak_tflops, at_least(0));
   auto& m = c.model;
   v("model.arch", m.arch, Choices(kArchNames));
   v("model.n_layer", m.n_layer, at_least(1));
@@ -108,6 +109,7 @@ void visit_fields(C& c, V& v) {
   v("train.recompute", t.recompute);
   v("train.skip_nonfinite_steps", t.skip_nonfinite_steps);
   v("train.max_skipped_steps", t.max_skipped_steps, at_least(1));
+  v("train.init_from", t.init_from);
   auto& o = c.optim;
   v("optim.lr", o.lr, above(0));
   v("optim.min_lr_ratio", o.min_lr_ratio, between(0, 1));

@@ -140,6 +140,9 @@ void check_host_memory(const Config& cfg) {
 
 std::vector<std::string> check_run_inputs(const Config& cfg) {
   std::vector<std::string> warnings = check_data(cfg);
+  if (std::error_code ec; !cfg.train.init_from.empty() && !fs::is_directory(cfg.train.init_from, ec))
+    throw Error(fmt::format("{}: '{}' is not a directory; give a run or checkpoint directory (fp8train import "
+                            "writes one from HF or llm.c weights)", cfg.where("train.init_from"), cfg.train.init_from));
   check_host_memory(cfg);
   check_out_dir(cfg);
   return warnings;

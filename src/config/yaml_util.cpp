@@ -3,11 +3,14 @@
 #include "config/yaml_util.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/anchor.h>
+#include <yaml-cpp/eventhandler.h>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <sstream>
 
 #include "core/check.h"
 
@@ -23,6 +26,107 @@ int line_of(const YAML::Mark& mark) { return mark.is_null() ? 0 : mark.line + 1;
 
 void fail(const Origin& origin, std::string_view key, std::string_view what) {
   throw Error(fmt::format("{}: {}: {}", origin.where(), key, what));
+}
+
+namespace {
+
+// The parser's events of one document, reduced to where it starts (its first token) and what its root is;
+// no node is built.
+class DocumentScan final : public YAML::EventHandler {
+ public:
+  YAML::Mark start, root = YAML::Mark::null_mark();
+  bool null = true;
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    start = mark;
+    root = YAML::Mark::null_mark();
+    null = true;
+    seen_root_ = false;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { node(mark, true); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { node(mark, false); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+    node(mark, false);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    node(mark, false);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    node(mark, false);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  bool seen_root_ = false;
+  void node(const YAML::Mark& mark, bool is_null) {
+    if (seen_root_) return;
+    seen_root_ = true;
+    root = mark;
+    null = is_null;
+  }
+};
+
+[[noreturn]] void syntax_error(const std::string& source, const YAML::Mark& mark, const std::string& what) {
+  throw Error(fmt::format("{}: YAML syntax error: {}", Origin{source, line_of(mark), {}}.where(), what));
+}
+
+}  // namespace
+
+YAML::Node load_one_document(const std::string& text, const std::string& source) {
+  // Pass 1: the documents' extents and roots, from the parser's events. Every document must start past
+  // the previous one's start: one that does not consumed nothing, and the parser would return it forever.
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentScan scan;
+  int documents = 0;
+  int prev_pos = -1;
+  bool found = false;
+  YAML::Mark config;     // the non-empty document's root
+  int config_start = 0;  // and its first token's offset
+  try {
+    while (parser.HandleNextDocument(scan)) {
+      ++documents;
+      if (scan.start.pos <= prev_pos || static_cast<size_t>(documents) > text.size() + 1) {
+        const size_t at = static_cast<size_t>(std::max(scan.start.pos, 0));
+        const char c = at < text.size() ? text[at] : '\0';
+        syntax_error(source, scan.start,
+                     c == ',' ? "a ',' where a key or value should start; a ',' separates items only inside "
+                                "[ ] or { } (delete it, or open the list or map it belongs to)"
+                              : fmt::format("the parser stops advancing at {}; check the brackets and "
+                                            "separators there",
+                                            c == '\0' ? std::string("the end")
+                                                        : fmt::format("'{}'", printable(std::string_view(&c, 1)))));
+      }
+      prev_pos = scan.start.pos;
+      if (scan.null) continue;
+      if (found)
+        fail(Origin{source, line_of(scan.root), {}}, "config",
+             fmt::format("a second YAML document (after a '---' line) starts here, and the one on line {} "
+                         "is the config; a config is one document: delete the '---' and merge the two",
+                         line_of(config)));
+      found = true;
+      config = scan.root;
+      config_start = scan.start.pos;
+    }
+  } catch (const YAML::Exception& e) {
+    // yaml-cpp says only "bad file" when nesting exceeds its depth limit.
+    syntax_error(source, e.mark,
+                 e.msg == "bad file" ? "the document nests too deeply or leaves a bracket open" : e.msg);
+  }
+  if (!found) return YAML::Node();
+  // Pass 2: that document's nodes. YAML::Load reads the first document of a stream: the empty documents
+  // before it are blanked out (spaces, newlines kept), so every mark keeps its line and column.
+  std::string rest = text;
+  for (int i = 0; i < config_start; ++i)
+    if (rest[i] != '\n' && rest[i] != '\r') rest[i] = ' ';
+  try {
+    return YAML::Load(rest);
+  } catch (const YAML::Exception& e) {  // not expected: pass 1 read the same tokens
+    syntax_error(source, e.mark, e.msg);
+  }
 }
 
 namespace {

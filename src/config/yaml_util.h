@@ -22,6 +22,14 @@ struct Origin {
 
 int line_of(const YAML::Mark& mark);  // 1-based; 0 for a null mark
 
+// The one YAML document of `text` (a null node when it holds none, or only empty documents, as a trailing
+// '---' makes). A second non-empty document is refused rather than silently dropped (YAML::Load reads only
+// the first), and so is a stream the parser stops advancing through: yaml-cpp up to 0.8 returns an empty
+// document without consuming the token for a stray ',' at the top level ("," or ", a: 1"), so
+// YAML::LoadAll would loop allocating without end (yaml-cpp issue 1040). Syntax errors throw
+// fp8t::Error "<source>, line N: YAML syntax error: ...".
+YAML::Node load_one_document(const std::string& text, const std::string& source);
+
 // Throws fp8t::Error "<where>: <key>: <what>".
 [[noreturn]] void fail(const Origin& origin, std::string_view key, std::string_view what);
 

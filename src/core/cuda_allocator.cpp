@@ -7,6 +7,7 @@
 
 #include "core/allocator.h"
 #include "core/cuda_check.h"
+#include "kernels/matmul.cuh"
 
 namespace fp8t {
 
@@ -118,6 +119,25 @@ class CudaAllocator final : public Allocator {
 
 }  // namespace
 
+Allocator& cuda_allocator(int index);
+
+namespace {
+
+// The GEMM wrapper's workspace and scratch, from the current device's pool (accounted as workspace).
+void* gemm_allocate(size_t bytes) {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  return cuda_allocator(dev).allocate(bytes, MemCategory::workspace);
+}
+
+void gemm_deallocate(void* p, size_t bytes) {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  cuda_allocator(dev).deallocate(p, bytes, MemCategory::workspace);
+}
+
+}  // namespace
+
 Allocator& cuda_allocator(int index) {
   static std::mutex mu;
   static std::map<int, std::unique_ptr<CudaAllocator>> allocators;
@@ -129,6 +149,7 @@ Allocator& cuda_allocator(int index) {
     FP8T_CHECK(index >= 0 && index < count, "cuda:{} requested but this machine has {} CUDA device(s)", index,
                count);
     a = std::make_unique<CudaAllocator>(index);
+    kernels::set_matmul_memory({gemm_allocate, gemm_deallocate});
   }
   return *a;
 }

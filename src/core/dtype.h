@@ -38,4 +38,8 @@ uint8_t float_to_fp8(float x, Fp8Format f);  // round-to-nearest-even, saturatin
 float fp8_to_float(uint8_t code, Fp8Format f);
 inline Fp8Format fp8_format_of(DType t) { return t == DType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2; }
 
+// ---- How AdamW stores its moments (optim.state_dtype): fp32 both; bf16 both; fp8: the first moment E4M3 in
+// scaled blocks, the second bf16 (core/adamw_math.h).
+enum class StateDtype { fp32, bf16, fp8 };
+
 }  // namespace fp8t

@@ -170,12 +170,16 @@ std::vector<uint16_t> read_shard(const std::string& path) {
   return tokens;
 }
 
-void check_token_ids(std::span<const uint16_t> tokens, int vocab_size, const std::string& path) {
+namespace {
+
+// check_token_ids of tokens that start at token `first` of the shard.
+void check_token_ids_from(std::span<const uint16_t> tokens, int vocab_size, const std::string& path,
+                          int64_t first) {
   FP8T_CHECK(vocab_size >= 1, "token shard {}: vocabulary size {} must be >= 1", path, vocab_size);
   if (vocab_size >= kAnyTokenId || tokens.empty() || max_token(tokens) < vocab_size) return;
   const auto bad = std::find_if(tokens.begin(), tokens.end(),
                                 [&](uint16_t id) { return id >= vocab_size; });
-  const int64_t position = bad - tokens.begin();
+  const int64_t position = first + (bad - tokens.begin());
   const int padded = (vocab_size + 127) / 128 * 128;
   const std::string padding =
       *bad < padded ? fmt::format("; ids {}..{} are the embedding's padding rows, never a token",
@@ -186,6 +190,29 @@ void check_token_ids(std::span<const uint16_t> tokens, int vocab_size, const std
             "model.vocab_size is too small: re-tokenize the data or raise model.vocab_size above {}",
             path, position, kShardHeaderInts * sizeof(int32_t) + position * sizeof(uint16_t), *bad,
             vocab_size, padding, *bad);
+}
+
+// Every id of the shard file against vocab_size, read in chunks of 4 MiB (the file is never held whole).
+void check_shard_file_ids(const std::string& path, int vocab_size) {
+  if (vocab_size >= kAnyTokenId) return;
+  File f = open_shard(path);
+  const int64_t count = read_header(f.get(), path);
+  if (count <= 0) return;
+  std::vector<uint16_t> chunk(static_cast<size_t>(std::min<int64_t>(count, int64_t{1} << 21)));
+  for (int64_t done = 0; done < count;) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(chunk.size()), count - done));
+    const size_t got = std::fread(chunk.data(), sizeof(uint16_t), n, f.get());
+    FP8T_CHECK(got == n, "token shard {}: read {} of {} tokens: {}", path, done + static_cast<int64_t>(got),
+               count, kRegenerate);
+    check_token_ids_from(std::span<const uint16_t>(chunk.data(), n), vocab_size, path, done);
+    done += static_cast<int64_t>(n);
+  }
+}
+
+}  // namespace
+
+void check_token_ids(std::span<const uint16_t> tokens, int vocab_size, const std::string& path) {
+  check_token_ids_from(tokens, vocab_size, path, 0);
 }
 
 std::vector<std::string> glob_files(const std::string& pattern) {
@@ -237,6 +264,9 @@ ShardLoader::ShardLoader(const std::string& pattern, int B, int T, int rank, int
                path, n, world, B, T, group + 1);
     batches_per_epoch_ += (n - 1) / group;
   }
+  // And every shard's ids (one streamed pass over the files), so that a bad id in a shard the run reaches
+  // only later fails now, naming it, not hours in; the shard in memory is checked again when it loads.
+  for (const std::string& path : files_) check_shard_file_ids(path, vocab_size_);
   reset();
 }
 

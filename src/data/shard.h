@@ -41,7 +41,8 @@ std::vector<std::string> expand_glob(const std::string& pattern);
 // the last target); then the next shard starts, and after the last one the first comes again.
 // With seed != 0 the shard order and the group order inside each shard are shuffled per epoch
 // from the seed alone, so every rank (same seed) still agrees on the order.
-// Each shard's token ids are checked against vocab_size when it is loaded (check_token_ids).
+// Every shard's token ids are checked against vocab_size by the constructor (one streamed pass over each
+// file, so a bad id anywhere fails at start-up) and again when the shard is loaded (check_token_ids).
 class ShardLoader {
  public:
   ShardLoader(const std::string& pattern, int B, int T, int rank, int world, uint64_t seed_or_0,

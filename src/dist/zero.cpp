@@ -17,12 +17,7 @@
 // With one rank stage 2 is stage 0 (whole buffer, nothing to reduce).
 #include "dist/zero.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
-#include <cstdlib>
-#include <thread>
 
 #include "autograd/tape.h"
 #include "ops/ops.h"
@@ -199,7 +194,6 @@ void GradientReducer::end_micro() {
 }
 
 double GradientReducer::reduce() {
-  inject_test_fault();
   Tensor& grads = store_.grads();
   const int64_t padded = store_.padded_numel();
   if (comm_.size() == 1) return sum_squares(grads, 0, padded);
@@ -222,20 +216,6 @@ double GradientReducer::reduce() {
   if (!store_.device().is_cpu()) sq = sq.to(store_.device(), MemCategory::comm);
   comm_.all_reduce(sq, ReduceOp::sum);
   return sq.to_float_vector()[0];
-}
-
-// Fault injection for the dead-rank tests: FP8T_TEST_DIE_AT_STEP=N makes the last rank exit
-// abruptly at step N's reduction, FP8T_TEST_HANG_AT_STEP=N makes it stop responding there.
-void GradientReducer::inject_test_fault() {
-  ++steps_;
-  if (comm_.rank() != comm_.size() - 1 || comm_.size() == 1) return;
-  auto at = [&](const char* name) {
-    const char* v = std::getenv(name);
-    return v && std::atoi(v) == steps_;
-  };
-  if (at("FP8T_TEST_DIE_AT_STEP")) _exit(1);
-  if (at("FP8T_TEST_HANG_AT_STEP"))
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
 }
 
 }  // namespace fp8t

@@ -1,6 +1,6 @@
 // ZeRO for the trainer: which shard of the flat buffers this rank's optimizer owns, how gradients
 // are summed over ranks (stage 0 all-reduce, 1 reduce-scatter, 2 per-bucket reduction during every
-// backward into a gradient shard), and the optimizer-shard part of checkpoints.
+// backward into a gradient shard). The optimizer shards in checkpoints: train/optimizer_checkpoint.h.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -79,7 +79,6 @@ class GradientReducer {
   void on_backward_progress();
   void launch(size_t b);
   void retire_oldest();
-  void inject_test_fault();
 
   DistributedConfig cfg_;
   Communicator& comm_;
@@ -94,19 +93,6 @@ class GradientReducer {
   std::vector<long> base_uses_, base_cell_uses_;  // stage 2: use counts of each parameter's Var and GradCell at rest
   std::vector<bool> touched_;             // stage 2: gradient written this micro-batch
   bool armed_ = false;                    // stage 2: between begin_micro() and end_micro()
-  int steps_ = 0;
 };
-
-// Optimizer state in checkpoints, each moment in its stored dtype (fp8 state: m's codes and its block
-// scales, v bf16). At stage 0 every rank holds the same moments and rank 0 writes them; sharded, every
-// rank writes its shard (optim_rankR.bin = m, optim_v_rankR.bin = v, optim_mscale_rankR.bin = scales);
-// rank 0 also writes optim_state.json with the dtypes.
-void save_optimizer_state(const std::filesystem::path& dir, const Communicator& comm, int zero_stage, AdamW& opt);
-// Loads the moments for opt's range from a checkpoint written with (world, zero_stage), whatever this
-// run's stage: the files are read as one logical vector and the range is cut out of it. Exact for the
-// same state dtype, except fp8 blocks that straddle the checkpoint's blocks (another shard layout),
-// which are re-quantized from the checkpoint's values; another state dtype is converted through f32
-// (bf16 rounded to nearest even). Returns "" when the state was restored exactly, else what changed.
-std::string load_optimizer_state(const std::filesystem::path& dir, int ckpt_world, int ckpt_zero_stage, AdamW& opt);
 
 }  // namespace fp8t

@@ -9,7 +9,7 @@
 #ifdef FP8T_HAVE_CUDA
 #include "kernels/fp8_saved.cuh"
 #include "kernels/stream.cuh"
-#include "ops/cuda_ops.h"
+#include "core/tensor_ops.h"
 #endif
 
 namespace fp8t {
@@ -44,7 +44,7 @@ Fp8Saved save_rows(const Tensor& x, const Tensor* rt) {
                              s.row_scale_inv.data<float>(), rt ? rt->data<__nv_bfloat16>() : nullptr,
                              kernels::compute_stream());
     else if (rows > 0)
-      cuda_ops::fill(s.row_scale_inv, 1.0f);  // empty rows: amax 0, scale 1
+      fill_(s.row_scale_inv, 1.0f);  // empty rows: amax 0, scale 1
 #else
     FP8T_FAIL("fp8_save: tensor is on a CUDA device but this build has no CUDA");
 #endif

@@ -38,7 +38,7 @@ std::vector<ParamSpec> gpt2_param_specs(const ModelConfig& cfg) {
 }
 
 namespace {
-// In LinearKind order: fp8_block_[layer] is indexed by the kind.
+// In LinearKind order: BlockPlan::fp8 is indexed by the kind.
 constexpr std::array<LinearKind, 4> kBlockKinds{LinearKind::qkv, LinearKind::proj, LinearKind::fc, LinearKind::fc2};
 constexpr std::array<const char*, 4> kBlockLinearNames{"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
 
@@ -64,7 +64,7 @@ GPT::GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad
   FP8T_CHECK(cfg.d_model % cfg.n_head == 0, "model.d_model {} must divide by model.n_head {}", cfg.d_model,
              cfg.n_head);
   const DType grad_dtype = precision.bf16_grads() ? DType::bf16 : DType::f32;
-  fp8_block_.assign(static_cast<size_t>(cfg.n_layer), {});
+  plans_.assign(static_cast<size_t>(cfg.n_layer), plan_block({}));
   if (precision.compute != ComputeMode::fp8) {
     params_ = std::make_unique<ParameterStore>(gpt2_param_specs(cfg), device, compute_dtype, pad_multiple, grad_dtype,
                                                std::vector<std::string>{}, grad_shard);
@@ -74,12 +74,15 @@ GPT::GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad
   auto listed = [&](LinearKind k) {
     return std::find(f.layers.begin(), f.layers.end(), kind_name(k)) != f.layers.end();
   };
-  for (int l = f.bf16_first_blocks; l < cfg.n_layer - f.bf16_last_blocks; ++l)
+  for (int l = f.bf16_first_blocks; l < cfg.n_layer - f.bf16_last_blocks; ++l) {
+    std::array<Fp8LinearState*, 4> states{};
     for (size_t k = 0; k < kBlockKinds.size(); ++k) {
       if (!listed(kBlockKinds[k])) continue;
       fp8_.push_back(std::make_unique<Fp8LinearState>(fmt::format("h.{}.{}", l, kBlockLinearNames[k]), f));
-      fp8_block_[static_cast<size_t>(l)][k] = fp8_.back().get();
+      states[k] = fp8_.back().get();
     }
+    plans_[static_cast<size_t>(l)] = plan_block(states);
+  }
   if (listed(LinearKind::lm_head)) {
     fp8_.push_back(std::make_unique<Fp8LinearState>("lm_head", f));
     fp8_head_ = fp8_.back().get();
@@ -101,9 +104,7 @@ GPT::GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad
 }
 
 Var GPT::dense(LinearKind kind, int layer, const Var& x, const Var& w, const Var& b, bool serve_input) {
-  Fp8LinearState* st = kind == LinearKind::lm_head
-                           ? fp8_head_
-                           : fp8_block_[static_cast<size_t>(layer)][static_cast<size_t>(kind)];
+  Fp8LinearState* st = kind == LinearKind::lm_head ? fp8_head_ : plans_[static_cast<size_t>(layer)].state(kind);
   return st ? fp8_linear(x, w, b, *st, serve_input) : linear(x, w, b);
 }
 
@@ -249,77 +250,67 @@ void GPT::init(uint64_t seed) {
   params_->sync_compute();
 }
 
+// Pre-LN GPT-2 block: x + attn(ln_1(x)), then + mlp(ln_2(.)). What is fused and stored is the block's plan.
 Var GPT::block(int l, const Var& x) {
+  const BlockPlan& plan = plans_[static_cast<size_t>(l)];
   const ParameterStore& P = *params_;
   const std::string p = "h." + std::to_string(l) + ".";
-  // With recompute_layernorm_ the LayerNorm outputs are dropped once their linear has run; the
-  // linear's backward rebuilds them from the block input, which LayerNorm's backward keeps anyway.
-  auto release = [&](const Var& ln_out, const Var& in, const Var& w, const Var& b) {
-    if (recompute_layernorm_) release_for_recompute(ln_out, [in, w, b] { return layernorm(in, w, b)->value; });
-  };
-  const auto& fp8_row = fp8_block_[static_cast<size_t>(l)];
-  // An FP8 qkv or fc normalizes its input inside its FP8 cast (fp8_linear_ln), unless its bf16 storage
-  // would keep the LayerNorm output anyway. Then no LayerNorm output exists, so none is released.
-  auto ln_fused = [&](LinearKind k) -> Fp8LinearState* {
-    Fp8LinearState* st = fp8_row[static_cast<size_t>(k)];
-    return st && st->cfg.activation_storage != ActivationStorage::bf16 ? st : nullptr;
-  };
-  // Activation roles (core/allocator.h): what each saved tensor costs, for the planner's report.
+  // Activation roles (core/allocator.h): what each saved tensor costs, for the planner's report. Layer names
+  // (watch_layer): for the checks of a debug re-run (autograd/finite_watch.h); ops reading a weight are named
+  // by it.
   constexpr const char* kResidual = "block input / residual";
-  Var h;
   std::optional<ActivationRole> role;
   role.emplace("qkv linear + ln_1");
-  if (Fp8LinearState* qkv = ln_fused(LinearKind::qkv)) {
-    h = fp8_linear_ln(x, P.var(p + "ln_1.weight"), P.var(p + "ln_1.bias"), P.var(p + "attn.c_attn.weight"),
-                      P.var(p + "attn.c_attn.bias"), *qkv);
-  } else {
-    const Var ln1 = layernorm(x, P.var(p + "ln_1.weight"), P.var(p + "ln_1.bias"));
-    h = dense(LinearKind::qkv, l, ln1, P.var(p + "attn.c_attn.weight"), P.var(p + "attn.c_attn.bias"));
-    release(ln1, x, P.var(p + "ln_1.weight"), P.var(p + "ln_1.bias"));
-  }
-  // activation_storage fp8_all: an FP8 block also keeps attention's qkv and the GELU input in FP8.
-  auto fp8_all = [&](LinearKind k) {
-    const Fp8LinearState* st = fp8_row[static_cast<size_t>(k)];
-    return st && st->cfg.activation_storage == ActivationStorage::fp8_all;
-  };
-  // Names for the checks of a debug re-run (autograd/finite_watch.h); ops reading a weight are named by it.
+  Var h = layernorm_linear(LinearKind::qkv, l, x, p + "ln_1", p + "attn.c_attn");
   watch_layer(p, "attn");
   role.emplace("attention (qkv, log-sum-exp)");
-  h = attention(h, cfg_.n_head, fp8_all(LinearKind::qkv));
-  // fp8_all: attention's output is kept once, as the projection's FP8 codes, for both of its readers.
+  h = attention(h, cfg_.n_head, plan.attention_fp8);
   role.emplace("attention output / proj input");
   h = dense(LinearKind::proj, l, h, P.var(p + "attn.c_proj.weight"), P.var(p + "attn.c_proj.bias"),
-            fp8_all(LinearKind::proj));
+            plan.proj_serves_input);
   watch_layer(p, "attn_residual");
   role.emplace(kResidual);
-  Var x1 = add(x, h);
+  const Var x1 = add(x, h);
   watch_layer(p, "mlp.gelu");
   role.emplace("fc linear + ln_2");
-  Fp8LinearState* fc_ln = ln_fused(LinearKind::fc);
-  const Var ln2 = fc_ln ? Var() : layernorm(x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
-  if (!fp8_row[static_cast<size_t>(LinearKind::fc)] && !fp8_row[static_cast<size_t>(LinearKind::fc2)]) {
-    h = gelu_mlp(ln2, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"), P.var(p + "mlp.c_proj.weight"),
-                 P.var(p + "mlp.c_proj.bias"));
-  } else {
-    h = fc_ln ? fp8_linear_ln(x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"), P.var(p + "mlp.c_fc.weight"),
-                              P.var(p + "mlp.c_fc.bias"), *fc_ln)
-              : dense(LinearKind::fc, l, ln2, P.var(p + "mlp.c_fc.weight"), P.var(p + "mlp.c_fc.bias"));
-    Fp8LinearState* fc2 = fp8_row[static_cast<size_t>(LinearKind::fc2)];
-    const bool store_fp8 = fp8_all(LinearKind::fc) || fp8_all(LinearKind::fc2);
-    role.emplace("GELU input / fc2 input");
-    // An FP8 fc2 casts gelu(h) straight from h (the GELU fused into its input cast), when its own
-    // storage setting is the one the GELU would use: bf16 storage keeps its input, so no fusion.
-    if (fc2 && fc2->cfg.activation_storage != ActivationStorage::bf16 && store_fp8 == fp8_all(LinearKind::fc2)) {
-      h = fp8_linear_gelu(h, P.var(p + "mlp.c_proj.weight"), P.var(p + "mlp.c_proj.bias"), *fc2);
-    } else {
-      h = gelu(h, store_fp8);
-      h = dense(LinearKind::fc2, l, h, P.var(p + "mlp.c_proj.weight"), P.var(p + "mlp.c_proj.bias"));
-    }
-  }
-  if (ln2) release(ln2, x1, P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
+  h = mlp(l, x1);
   watch_layer(p, "mlp_residual");
   role.emplace(kResidual);
   return add(x1, h);
+}
+
+Var GPT::layernorm_linear(LinearKind kind, int l, const Var& x, const std::string& ln, const std::string& linear) {
+  const ParameterStore& P = *params_;
+  const Var lw = P.var(ln + ".weight"), lb = P.var(ln + ".bias");
+  const Var w = P.var(linear + ".weight"), b = P.var(linear + ".bias");
+  const BlockPlan& plan = plans_[static_cast<size_t>(l)];
+  if (kind == LinearKind::qkv ? plan.ln_1_in_qkv_cast : plan.ln_2_in_fc_cast)
+    return fp8_linear_ln(x, lw, lb, w, b, *plan.state(kind));
+  const Var normed = layernorm(x, lw, lb);
+  Var y = dense(kind, l, normed, w, b);
+  // With train.recompute: layernorm the LayerNorm output is dropped once its linear has run; the linear's
+  // backward rebuilds it from the block input, which LayerNorm's backward keeps anyway.
+  if (recompute_layernorm_) release_for_recompute(normed, [x, lw, lb] { return layernorm(x, lw, lb)->value; });
+  return y;
+}
+
+Var GPT::mlp(int l, const Var& x) {
+  const ParameterStore& P = *params_;
+  const std::string p = "h." + std::to_string(l) + ".";
+  const BlockPlan& plan = plans_[static_cast<size_t>(l)];
+  const Var w1 = P.var(p + "mlp.c_fc.weight"), b1 = P.var(p + "mlp.c_fc.bias");
+  const Var w2 = P.var(p + "mlp.c_proj.weight"), b2 = P.var(p + "mlp.c_proj.bias");
+  if (plan.mlp == BlockPlan::Mlp::fused_bf16) {
+    const Var lw = P.var(p + "ln_2.weight"), lb = P.var(p + "ln_2.bias");
+    const Var normed = layernorm(x, lw, lb);
+    Var y = gelu_mlp(normed, w1, b1, w2, b2);
+    if (recompute_layernorm_) release_for_recompute(normed, [x, lw, lb] { return layernorm(x, lw, lb)->value; });
+    return y;
+  }
+  Var h = layernorm_linear(LinearKind::fc, l, x, p + "ln_2", p + "mlp.c_fc");
+  const ActivationRole role("GELU input / fc2 input");
+  if (plan.mlp == BlockPlan::Mlp::gelu_in_fc2_cast) return fp8_linear_gelu(h, w2, b2, *plan.state(LinearKind::fc2));
+  return dense(LinearKind::fc2, l, gelu(h, plan.gelu_input_fp8), w2, b2);
 }
 
 Var GPT::hidden(const Tensor& tokens, bool recompute) {

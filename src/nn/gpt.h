@@ -7,13 +7,11 @@
 #include <random>
 
 #include "config/config.h"
+#include "nn/block_plan.h"
 #include "nn/params.h"
 #include "ops/fp8_linear.h"
 
 namespace fp8t {
-
-// The linears of a block and the head; FP8 selection (precision.fp8.layers) names these kinds.
-enum class LinearKind { qkv, proj, fc, fc2, lm_head };
 
 class GPT {
  public:
@@ -68,6 +66,11 @@ class GPT {
 
  private:
   Var block(int layer, const Var& x);
+  // LayerNorm (parameters `ln`, e.g. "h.3.ln_1") then the linear `kind` (parameters `linear`), fused into the
+  // linear's FP8 cast when the plan says so; a separate LayerNorm output is released for recompute when
+  // train.recompute is layernorm.
+  Var layernorm_linear(LinearKind kind, int layer, const Var& x, const std::string& ln, const std::string& linear);
+  Var mlp(int layer, const Var& x);  // fc -> GELU -> fc2 after ln_2, as the plan fuses them
   // linear() or fp8_linear() for the linear `kind` of block `layer` (-1 for the head).
   // serve_input: an FP8 linear serves x to x's other readers from its FP8 codes (fp8_linear.h).
   Var dense(LinearKind kind, int layer, const Var& x, const Var& w, const Var& b, bool serve_input = false);
@@ -77,9 +80,9 @@ class GPT {
   bool recompute_layernorm_ = false;
   std::unique_ptr<ParameterStore> params_;
   PrecisionConfig precision_;
-  // FP8 states (stable addresses: tape nodes point at them); per block [qkv, proj, fc, fc2].
+  // FP8 states (stable addresses: tape nodes point at them) and each block's plan, which points at its own.
   std::vector<std::unique_ptr<Fp8LinearState>> fp8_;
-  std::vector<std::array<Fp8LinearState*, 4>> fp8_block_;
+  std::vector<BlockPlan> plans_;
   Fp8LinearState* fp8_head_ = nullptr;
   std::unique_ptr<Fp8DeviceArena> fp8_arena_;  // CUDA only: the device slots of every FP8 linear
 };

@@ -4,6 +4,7 @@
 #include "ops/cuda_ops.h"
 
 #include "core/launch_limits.h"
+#include "core/tensor_ops.h"
 #include "kernels/attention.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/elementwise.cuh"
@@ -46,30 +47,6 @@ int to_int(int64_t v, const char* op, const char* what) { return checked_int(v, 
 int64_t rows_of(const Tensor& t) { return t.ndim() == 0 ? 1 : t.numel() / std::max<int64_t>(t.dim(-1), 1); }
 
 }  // namespace
-
-void fill(Tensor& t, float value) {
-  expect_float(t, "fill", "t");
-  k::fill(t.raw(), t.dtype(), t.numel(), value, k::compute_stream());
-}
-
-void add_inplace(Tensor& dst, const Tensor& src) {
-  expect_float(dst, "add_inplace", "dst");
-  expect_float(src, "add_inplace", "src");
-  expect_numel(src, dst.numel(), "add_inplace", "src");
-  k::add_inplace(dst.raw(), dst.dtype(), src.raw(), src.dtype(), dst.numel(), k::compute_stream());
-}
-
-void scale_inplace(Tensor& t, float s) {
-  expect_float(t, "scale_inplace", "t");
-  k::scale_inplace(t.raw(), t.dtype(), t.numel(), s, k::compute_stream());
-}
-
-void cast(Tensor& dst, const Tensor& src) {
-  expect_float(dst, "cast", "dst");
-  expect_float(src, "cast", "src");
-  expect_numel(src, dst.numel(), "cast", "src");
-  k::cast(dst.raw(), dst.dtype(), src.raw(), src.dtype(), dst.numel(), k::compute_stream());
-}
 
 void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
   const char* op = "embedding_forward";
@@ -179,7 +156,7 @@ void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor&
     FP8T_CHECK(direct || dbias->dtype() == DType::bf16, "{}: dbias must be f32 or bf16, got {}", op, dbias->str());
     Tensor sums = direct ? *dbias : Tensor::zeros({N}, DType::f32, dbias->device(), MemCategory::workspace);
     k::matmul_backward_bias(sums.data<float>(), dout.data<bf16>(), to_int(M, op, "M"), to_int(N, op, "N"), s);
-    if (!direct) add_inplace(*dbias, sums);
+    if (!direct) add_(*dbias, sums);
   }
 }
 
@@ -250,7 +227,7 @@ void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) {
   k::residual_forward(out.data<bf16>(), a.data<bf16>(), b.data<bf16>(), a.numel(), k::compute_stream());
 }
 
-void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head) {
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head, const k::AttentionKernels& kernels) {
   const char* op = "attention_forward";
   expect(qkv, DType::bf16, op, "qkv");
   expect(out, DType::bf16, op, "out");
@@ -261,11 +238,11 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head) 
   expect_shape(out, {B, T, C}, op, "out");
   expect_numel(lse, B * n_head * T, op, "lse");
   k::attention_forward(out.data<bf16>(), lse.data<float>(), qkv.data<bf16>(), to_int(B, op, "B"), to_int(T, op, "T"),
-                       n_head, to_int(C / n_head, op, "HS"), k::compute_stream());
+                       n_head, to_int(C / n_head, op, "HS"), k::compute_stream(), kernels);
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                        int n_head) {
+                        int n_head, const k::AttentionKernels& kernels) {
   const char* op = "attention_backward";
   expect(qkv, DType::bf16, op, "qkv");
   expect(dqkv, DType::bf16, op, "dqkv");
@@ -281,12 +258,12 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   expect_numel(lse, B * n_head * T, op, "lse");
   // Scratch from the caching allocator: served from the pool after the first step.
   const int64_t dq_floats = k::attention_dq_scratch_floats(to_int(B, op, "B"), to_int(T, op, "T"), n_head,
-                                                          to_int(C / n_head, op, "HS"));
+                                                          to_int(C / n_head, op, "HS"), kernels);
   Tensor dq_accum = Tensor::empty({dq_floats}, DType::f32, qkv.device(), MemCategory::activations);
   Tensor delta = Tensor::empty({B, n_head, T}, DType::f32, qkv.device(), MemCategory::activations);
   k::attention_backward(dqkv.data<bf16>(), dq_accum.data<float>(), delta.data<float>(), dout.data<bf16>(),
                         qkv.data<bf16>(), out.data<bf16>(), lse.data<float>(), to_int(B, op, "B"), to_int(T, op, "T"),
-                        n_head, to_int(C / n_head, op, "HS"), k::compute_stream());
+                        n_head, to_int(C / n_head, op, "HS"), k::compute_stream(), kernels);
 }
 
 void crossentropy_forward(Tensor& losses, Tensor& lse, Tensor* mean, const Tensor& logits, const Tensor& targets,

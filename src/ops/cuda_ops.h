@@ -5,13 +5,9 @@
 // into activation gradients. All launches go on the current compute stream.
 #pragma once
 #include "core/tensor.h"
+#include "kernels/attention.cuh"
 
 namespace fp8t::cuda_ops {
-
-void fill(Tensor& t, float value);
-void add_inplace(Tensor& dst, const Tensor& src);  // dst += src; dst f32/bf16, src f32/bf16
-void scale_inplace(Tensor& t, float s);
-void cast(Tensor& dst, const Tensor& src);         // f32 <-> bf16
 
 void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
 void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
@@ -31,9 +27,11 @@ void layernorm_backward(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout
 void gelu_forward(Tensor& out, const Tensor& inp);
 void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);
 void residual_forward(Tensor& out, const Tensor& a, const Tensor& b);
-void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head);
+// `kernels`: which attention kernels run (kernels/attention.cuh; the defaults are the product's).
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head,
+                       const kernels::AttentionKernels& kernels = {});
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, int n_head);
+                        const Tensor& lse, int n_head, const kernels::AttentionKernels& kernels = {});
 // losses, lse f32 (B*T): per-token loss and logsumexp; *mean (1) f32 = mean loss, if given.
 void crossentropy_forward(Tensor& losses, Tensor& lse, Tensor* mean, const Tensor& logits, const Tensor& targets,
                           int64_t vocab_size);

@@ -2,14 +2,11 @@
 #pragma once
 #include <cstdint>
 
-#include "core/dtype.h"
-#include "optim/adamw_math.h"
+#include "core/adamw_math.h"
 
 namespace fp8t::cuda_ops {
 
 // One AdamW step on the compute stream, bit for bit adamw_update_cpu (b holds device pointers).
 void adamw(const AdamWBuffers& b, const AdamWHyper& h);
-// Sum of squares of n f32 or bf16 values; synchronises to return it to the host.
-double sum_squares(const void* x, DType dtype, int64_t n);
 
 }  // namespace fp8t::cuda_ops

@@ -525,7 +525,7 @@ Var lm_head_loss(const Var& h, const Var& w, const Tensor& targets, int64_t voca
 #ifdef FP8T_HAVE_CUDA
     Tensor losses = Tensor::empty({BT}, DType::f32, dev, MemCategory::activations);
     Tensor one = Tensor::empty({1}, DType::f32, dev, MemCategory::activations);
-    if (train) cuda_ops::fill(one, 1.0f);
+    if (train) fill_(one, 1.0f);
     Tensor dw = train && w->requires_grad ? grad_of(w) : Tensor();
     for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows) {
       const int64_t rows = std::min(chunk_rows, BT - r0);

@@ -7,20 +7,13 @@
 
 #include "autograd/tape.h"
 #include "core/tensor.h"
+#include "core/tensor_ops.h"  // the tensor utilities, for the ops' users
 
 namespace fp8t {
 
-// ---- Tensor utilities (no autograd) ----
-Tensor zeros_like(const Tensor& t, DType dtype);
-void fill_(Tensor& t, float value);
-void add_(Tensor& dst, const Tensor& src);  // dst += src (same numel; f32/f64/bf16)
-void scale_(Tensor& t, float s);
-Tensor cast(const Tensor& t, DType dtype, MemCategory cat = MemCategory::activations);  // f32<->f64<->bf16
-void cast_into(Tensor& dst, const Tensor& src);  // dst (its dtype) = src converted; same numel and device
-// The flat index of t's first NaN or Inf element; none when all are finite or t holds no floats (FP8
-// codes, i32). On CUDA a sum-of-squares reduction screens the tensor and only a tensor it flags is
-// copied to the host (a finite one whose squares overflow is then found finite). Synchronises.
-std::optional<int64_t> first_nonfinite(const Tensor& t);
+// run.gemm_autotune: time cuBLASLt's candidate algorithms for each new GEMM shape (kernels/matmul.cuh); a
+// no-op in builds without CUDA.
+void set_gemm_autotune(bool on);
 
 // ---- Differentiable ops ----
 // tokens: i32 (B, T); wte (Vp, C); wpe (maxT, C)  ->  (B, T, C)

@@ -102,28 +102,4 @@ void AdamW::set_moments(std::span<const float> m, std::span<const float> v) {
   v_.copy_from(hv);
 }
 
-double sum_squares(const Tensor& t, int64_t begin, int64_t end) {
-  FP8T_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16, "sum_squares needs f32 or bf16, got {}", t.str());
-#ifdef FP8T_HAVE_CUDA
-  if (t.device().is_cuda()) {
-    const auto* x = static_cast<const char*>(t.raw()) + begin * static_cast<int64_t>(dtype_size(t.dtype()));
-    return cuda_ops::sum_squares(x, t.dtype(), end - begin);
-  }
-#endif
-  double acc = 0.0;
-  if (t.dtype() == DType::f32) {
-    const float* x = t.data<float>();
-#pragma omp parallel for reduction(+ : acc) schedule(static)
-    for (int64_t i = begin; i < end; ++i) acc += static_cast<double>(x[i]) * x[i];
-  } else {
-    const uint16_t* x = t.data<uint16_t>();
-#pragma omp parallel for reduction(+ : acc) schedule(static)
-    for (int64_t i = begin; i < end; ++i) {
-      const double xi = bf16_to_float(x[i]);
-      acc += xi * xi;
-    }
-  }
-  return acc;
-}
-
 }  // namespace fp8t

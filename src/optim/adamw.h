@@ -6,9 +6,10 @@
 #include <vector>
 
 #include "config/config.h"
+#include "core/tensor_ops.h"
 #include "nn/params.h"
 #include "ops/cpu/adamw.h"
-#include "optim/adamw_math.h"
+#include "core/adamw_math.h"
 
 namespace fp8t {
 
@@ -46,8 +47,5 @@ class AdamW {
   Tensor segments_device_;              // CUDA: segments_ in device memory (i32 words)
   Tensor m_, v_, m_scale_;
 };
-
-// Sum of squares of t[begin, end) (f32 or bf16 buffer, any device), in double.
-double sum_squares(const Tensor& t, int64_t begin, int64_t end);
 
 }  // namespace fp8t

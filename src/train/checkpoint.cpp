@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstring>
 #include <fstream>
@@ -11,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/crc32c.h"
+#include "core/dtype.h"
 #include "train/checkpoint_manifest.h"
 
 namespace fp8t {
@@ -121,7 +124,8 @@ void write_tensor_file(const fs::path& path, const Tensor& t) {
 
 void write_checkpoint_state(const fs::path& dir, const CheckpointState& s) {
   const json j = {{"step", s.step},     {"world_size", s.world_size}, {"zero_stage", s.zero_stage},
-                  {"tokens", s.tokens}, {"config", s.config_yaml},    {"format", kStateFormat}};
+                  {"tokens", s.tokens}, {"config", s.config_yaml},    {"format", kStateFormat},
+                  {"skipped_steps", s.skipped_steps}};
   write_checkpoint_text(dir / "state.json", j.dump(2));
 }
 
@@ -140,14 +144,50 @@ fs::path finalize_checkpoint(const fs::path& run_dir, int step) {
 
 // ---- reading
 
-std::optional<fs::path> latest_checkpoint(const fs::path& p) {
-  if (fs::exists(p / "state.json")) return p;
-  const fs::path ck = p / "checkpoints";
-  std::ifstream in(ck / "latest");
-  if (!in) return std::nullopt;
+namespace {
+
+// The newest step directory of ck with a state.json other than `skip`, for the message; "" when none.
+std::string other_complete_checkpoint(const fs::path& ck, const std::string& skip) {
+  std::string best;
+  std::error_code ec;
+  for (fs::directory_iterator it(ck, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name != skip && is_step_name(name) && name > best && fs::exists(it->path() / "state.json", ec)) best = name;
+  }
+  return best.empty() ? "" : fmt::format("; {} is complete: pass that directory instead", (ck / best).string());
+}
+
+}  // namespace
+
+std::optional<fs::path> latest_checkpoint(const fs::path& p, std::string* why) {
+  std::error_code ec;
+  if (fs::exists(p / "state.json", ec)) return p;
+  const fs::path ck = p / "checkpoints", latest = ck / "latest";
+  auto none = [&](std::string reason) -> std::optional<fs::path> {
+    if (why) *why = std::move(reason);
+    return std::nullopt;
+  };
+  if (!fs::exists(p, ec)) return none(fmt::format("{} does not exist", p.string()));
+  if (!fs::exists(latest, ec))
+    return none(fmt::format("{} has no state.json (it is no checkpoint directory) and there is no {} (it is no run "
+                            "directory with a checkpoint){}",
+                            p.string(), latest.string(), other_complete_checkpoint(ck, "")));
+  std::ifstream in(latest);
+  if (!in) return none(fmt::format("cannot read {}: {}", latest.string(), std::strerror(errno)));
   std::string name;
   in >> name;
-  if (!is_step_name(name) || !fs::exists(ck / name / "state.json")) return std::nullopt;
+  if (name.empty())
+    return none(fmt::format("{} is empty, where it names the newest checkpoint (step_NNNNNNNN){}", latest.string(),
+                            other_complete_checkpoint(ck, "")));
+  if (!is_step_name(name))
+    return none(fmt::format("{} names {}, which is not a checkpoint directory name (step_NNNNNNNN){}",
+                            latest.string(), shown(json(name)), other_complete_checkpoint(ck, "")));
+  if (!fs::is_directory(ck / name, ec))
+    return none(fmt::format("{} names {}, but {} does not exist{}", latest.string(), name, (ck / name).string(),
+                            other_complete_checkpoint(ck, name)));
+  if (!fs::exists(ck / name / "state.json", ec))
+    return none(fmt::format("{} (named by {}) has no state.json: the checkpoint is incomplete or damaged{}",
+                            (ck / name).string(), latest.string(), other_complete_checkpoint(ck, name)));
   return ck / name;
 }
 
@@ -199,6 +239,7 @@ CheckpointState read_checkpoint_state(const fs::path& dir) {
   s.zero_stage = static_cast<int>(json_int(j, "zero_stage", 0, 2, file));
   s.tokens = json_int(j, "tokens", 0, INT64_MAX, file);
   s.config_yaml = json_string(j, "config", file);
+  if (j.contains("skipped_steps")) s.skipped_steps = static_cast<int>(json_int(j, "skipped_steps", 0, s.step, file));
   Config cfg;
   try {
     cfg = parse_config(s.config_yaml, fmt::format("{} (key 'config')", file.string()));
@@ -250,10 +291,103 @@ void load_model_weights(const fs::path& dir, int world_size, ParameterStore& P) 
   P.sync_compute();
 }
 
+namespace {
+
+// "parameter h.0.attn.qkv.weight, element 17" for element x of the flat master layout; "" in the padding.
+std::string parameter_of(int64_t x, const std::vector<ParamSpec>& specs) {
+  for (const ParamSpec& s : specs)
+    if (x >= s.offset && x < s.offset + s.numel())
+      return fmt::format(" (parameter {}, element {})", s.name, x - s.offset);
+  return "";
+}
+
+// The first non-finite value of elements [b, e) of `file`, an array of `dtype`: its index, or -1.
+int64_t first_nonfinite(const fs::path& file, DType dtype, int64_t b, int64_t e, float* value) {
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  const auto size = static_cast<int64_t>(dtype_size(dtype));
+  std::ifstream in(file, std::ios::binary);
+  FP8T_CHECK(in, "cannot open checkpoint file {}", file.string());
+  in.seekg(static_cast<std::streamoff>(b * size));
+  std::vector<char> buf(static_cast<size_t>(std::min(kChunk, std::max<int64_t>(e - b, 0)) * size));
+  for (int64_t at = b; at < e;) {
+    const int64_t n = std::min(kChunk, e - at);
+    in.read(buf.data(), static_cast<std::streamsize>(n * size));
+    FP8T_CHECK(in, "reading {} failed at element {}", file.string(), at);
+    for (int64_t i = 0; i < n; ++i) {
+      const char* p = buf.data() + i * size;
+      bool bad = false;
+      if (dtype == DType::f32) {
+        uint32_t u;
+        std::memcpy(&u, p, 4);
+        bad = (u & 0x7F800000u) == 0x7F800000u;
+        if (bad) std::memcpy(value, p, 4);
+      } else if (dtype == DType::bf16) {
+        uint16_t u;
+        std::memcpy(&u, p, 2);
+        bad = (u & 0x7F80u) == 0x7F80u;
+        if (bad) *value = bf16_to_float(u);
+      } else if (dtype == DType::e4m3) {
+        const auto c = static_cast<uint8_t>(*p);
+        bad = (c & 0x7Fu) == 0x7Fu;  // E4M3's only non-finite codes: NaN
+        if (bad) *value = fp8_to_float(c, Fp8Format::e4m3);
+      }
+      if (bad) return at + i;
+    }
+    at += n;
+  }
+  return -1;
+}
+
+}  // namespace
+
+void check_finite_optimizer_state(const fs::path& dir, int files, int64_t begin, int64_t end,
+                                  const std::vector<ParamSpec>& specs) {
+  DType m_dtype = DType::f32, v_dtype = DType::f32;  // checkpoints from before optim_state.json: f32
+  if (const fs::path state = dir / "optim_state.json"; fs::exists(state)) {
+    const json j = read_json_object(state);
+    m_dtype = dtype_from_name(json_string(j, "m", state));
+    v_dtype = dtype_from_name(json_string(j, "v", state));
+  }
+  struct Moment {
+    const char* prefix;
+    const char* what;
+    DType dtype;
+  };
+  const Moment moments[] = {{"optim_rank", "first moment (m)", m_dtype}, {"optim_v_rank", "second moment (v)", v_dtype}};
+  for (const Moment& mo : moments) {
+    int64_t start = 0;  // the logical index of this file's first element
+    for (int r = 0; r < files; ++r) {
+      const fs::path file = dir / fmt::format("{}{}.bin", mo.prefix, r);
+      std::error_code ec;
+      const auto n = static_cast<int64_t>(fs::file_size(file, ec) / dtype_size(mo.dtype));
+      FP8T_CHECK(!ec, "checkpoint is missing {} ({})", file.string(), ec.message());
+      const int64_t b = std::max(begin, start), e = std::min(end, start + n);
+      float value = 0.0f;
+      if (b < e) {
+        if (const int64_t bad = first_nonfinite(file, mo.dtype, b - start, e - start, &value); bad >= 0)
+          FP8T_FAIL("{}: element {} of the optimizer's {} is {}{}, where AdamW's moments are always finite: the "
+                    "file is damaged (or the run that wrote it diverged): resume from an earlier checkpoint",
+                    file.string(), bad, mo.what, value, parameter_of(start + bad, specs));
+      }
+      if (mo.dtype == DType::e4m3) {  // m's per-block scales (small: every rank checks them all)
+        const fs::path sf = dir / fmt::format("optim_mscale_rank{}.bin", r);
+        const auto blocks = static_cast<int64_t>(fs::file_size(sf, ec) / 4);
+        FP8T_CHECK(!ec, "checkpoint is missing {} ({})", sf.string(), ec.message());
+        if (const int64_t bad = first_nonfinite(sf, DType::f32, 0, blocks, &value); bad >= 0)
+          FP8T_FAIL("{}: block scale {} of the optimizer's fp8 first moment is {}, where every scale is finite: the "
+                    "file is damaged: resume from an earlier checkpoint",
+                    sf.string(), bad, value);
+      }
+      start += n;
+    }
+  }
+}
+
 ModelCheckpoint open_model_checkpoint(const fs::path& run_or_ckpt_dir) {
-  const auto dir = latest_checkpoint(run_or_ckpt_dir);
+  std::string why;
+  const auto dir = latest_checkpoint(run_or_ckpt_dir, &why);
   FP8T_CHECK(dir, "no complete checkpoint under {} (expected checkpoints/latest naming one, or a checkpoint "
-             "directory with a state.json)", run_or_ckpt_dir.string());
+             "directory with a state.json): {}", run_or_ckpt_dir.string(), why);
   ModelCheckpoint ck;
   ck.dir = *dir;
   ck.warning = verify_checkpoint(*dir, CheckpointUse::inference);

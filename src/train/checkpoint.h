@@ -21,6 +21,7 @@ struct CheckpointState {
   int zero_stage = 0;
   int64_t tokens = 0;        // tokens seen
   std::string config_yaml;   // the resolved config of the run that wrote it
+  int skipped_steps = 0;     // of the steps, skipped for non-finite values (absent before: 0)
 };
 
 // ---- writing: every rank writes its files into checkpoint_tmp_dir; rank 0 finalizes after a barrier.
@@ -38,8 +39,11 @@ void write_checkpoint_state(const std::filesystem::path& dir, const CheckpointSt
 std::filesystem::path finalize_checkpoint(const std::filesystem::path& run_dir, int step);
 
 // ---- reading
-// The newest complete checkpoint of a run directory (or a checkpoint directory itself).
-std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_or_ckpt_dir);
+// The newest complete checkpoint of a run directory (or a checkpoint directory itself). When there is none,
+// *why (if given) says what is missing, naming the file or directory: checkpoints/latest, the step directory
+// it names, or that directory's state.json.
+std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_or_ckpt_dir,
+                                                       std::string* why = nullptr);
 // state.json with every key type- and range-checked; the config it records must parse, describe the
 // same ZeRO stage and reach the step. Errors name state.json, the key and the value.
 CheckpointState read_checkpoint_state(const std::filesystem::path& dir);
@@ -48,6 +52,13 @@ void read_tensor_file(const std::filesystem::path& path, Tensor& t);  // size mu
 // multiple of `world_size`, the ranks of the run that wrote it; another size is refused, as is a NaN or
 // Inf, named by parameter and element (one pass over the weights on the host).
 void load_model_weights(const std::filesystem::path& dir, int world_size, ParameterStore& P);
+
+// Refuses a NaN or Inf among the optimizer moments a rank loads, elements [begin, end) of the logical vector
+// that the rank files optim_rank<R>.bin / optim_v_rank<R>.bin (R < files: 1 at ZeRO stage 0, else the writing
+// world size) hold in order, each in optim_state.json's dtype, and among fp8 m's block scales; the message
+// names the file, the element and its parameter (specs: the master layout). One pass over the rank's range.
+void check_finite_optimizer_state(const std::filesystem::path& dir, int files, int64_t begin, int64_t end,
+                                  const std::vector<ParamSpec>& specs);
 
 // A checkpoint opened to read its model (sample, export): state.json checked, the config it records,
 // the manifest verified against that config; `warning` is set for a checkpoint without a manifest.

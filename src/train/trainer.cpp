@@ -15,13 +15,14 @@
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_manifest.h"
+#include "train/optimizer_checkpoint.h"
+#include "train/import.h"
 #include "train/metrics.h"
 #include "train/nonfinite.h"
+#include "train/peak_flops.h"
 #include "train/planner.h"
-
-#ifdef FP8T_HAVE_CUDA
-#include "kernels/matmul.cuh"
-#endif
+#include "train/reshard.h"
+#include "train/step_report.h"
 
 namespace fp8t {
 
@@ -33,12 +34,6 @@ namespace {
 DType compute_dtype_for(const Config& cfg) {
   if (cfg.run.device.is_cpu()) return DType::f32;  // the CPU computes in f32 (FP8 is emulated per op)
   return cfg.precision.compute == ComputeMode::fp32 ? DType::f32 : DType::bf16;
-}
-
-std::string format_eta(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const int s = static_cast<int>(seconds + 0.5);
-  return s >= 3600 ? fmt::format("{}h{:02d}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02d}s", s / 60, s % 60);
 }
 
 // The training loader's shuffle seed; ShardLoader reads 0 as file order, so run.seed 0 maps to another value.
@@ -82,9 +77,7 @@ class Trainer {
     accum_ = static_cast<int>(total / tokens_per_micro);
     tokens_per_step_ = total;
     apply_memory_limit(cfg.run);
-#ifdef FP8T_HAVE_CUDA
-    kernels::set_matmul_autotune(cfg.run.gemm_autotune);
-#endif
+    set_gemm_autotune(cfg.run.gemm_autotune);
 
     fs::create_directories(run_dir_);
     log_ = make_run_logger(run_dir_, comm.rank());
@@ -106,7 +99,10 @@ class Trainer {
                                                            comm.rank(), world, 0, cfg.model.vocab_size));
     batch_ = std::make_unique<Batch>(cfg.train.micro_batch, cfg.model.seq_len, device_);
 
+    if (resume && !cfg.train.init_from.empty())
+      log_->info("--resume {} wins over train.init_from {}", resume->string(), cfg.train.init_from);
     if (resume) restore(*resume);
+    else if (!cfg.train.init_from.empty()) log_->info("{}", load_init_weights(cfg, model_->params()));
     if (comm.rank() == 0) {
       std::ofstream(run_dir_ / "config.yaml") << cfg.to_yaml();
       metrics_ = std::make_unique<MetricsWriter>(run_dir_ / "metrics.jsonl", step_ > 0);
@@ -115,6 +111,8 @@ class Trainer {
                "of {}x{} per rank), zero_stage {}",
                cfg.run.name, world, world > 1 && device_.is_cuda() ? std::string("cuda") : device_.str(), comm.backend(), model_->num_parameters(), tokens_per_step_,
                accum_, cfg.train.micro_batch, cfg.model.seq_len, cfg.distributed.zero_stage);
+    peak_ = peak_flops(device_name(device_), cfg.precision.compute, cfg.run.peak_tflops);
+    if (device_.is_cuda() || peak_.tflops > 0) log_->info("{}{}", peak_.tflops > 0 ? "MFU against " : "", peak_.about);
   }
 
   TrainResult run() {
@@ -123,9 +121,9 @@ class Trainer {
     if (!first_val.empty()) result.first_val_loss = first_val[0];
     keep_val(result, first_val);
     if (!first_val.empty()) {
-      log_->info("step {:5d} | {}", step_, val_text(first_val));
+      log_->info("step {:5d} | {}", step_, val_text(cfg_.data.val, first_val));
       nlohmann::json j = {{"step", step_}, {"tokens", tokens_}};
-      add_val_json(j, first_val);
+      add_val_json(j, cfg_.data.val, first_val);
       if (metrics_) metrics_->write(j);
     }
     const auto t_start = Clock::now();
@@ -198,6 +196,7 @@ class Trainer {
     const bool skipped = !what.empty();
     if (skipped) on_nonfinite_step(what);  // throws unless the step is to be skipped
     else skipped_in_row_ = 0;
+    skipped_steps_ += skipped;
     if (!skipped) {
       double scale = 1.0 / world;
       if (cfg_.optim.grad_clip > 0 && norm > cfg_.optim.grad_clip) scale *= cfg_.optim.grad_clip / norm;
@@ -308,20 +307,6 @@ class Trainer {
     return losses;
   }
 
-  // "val_loss 5.1234 | sotu 5.4321": the first set keeps the name val_loss, the others go by theirs.
-  std::string val_text(const std::vector<double>& val) const {
-    std::string text = fmt::format("val_loss {:.4f}", val[0]);
-    for (size_t i = 1; i < val.size(); ++i) text += fmt::format(" | {} {:.4f}", cfg_.data.val[i].name, val[i]);
-    return text;
-  }
-
-  // metrics.jsonl: val_loss is the first set, "val" holds every set by name.
-  void add_val_json(nlohmann::json& j, const std::vector<double>& val) const {
-    j["val_loss"] = val[0];
-    nlohmann::json& sets = j["val"] = nlohmann::json::object();
-    for (size_t i = 0; i < val.size(); ++i) sets[cfg_.data.val[i].name] = val[i];
-  }
-
   void keep_val(TrainResult& result, const std::vector<double>& val) const {
     if (val.empty()) return;
     result.last_val_loss = val[0];
@@ -329,23 +314,17 @@ class Trainer {
   }
 
   void report(double loss, const std::vector<double>& val, double eta) {
-    const double tps = tokens_per_step_ / (last_step_ms_ / 1e3);
     const MemoryStats mem = allocator_for(device_).stats();
-    if (step_ % cfg_.run.log_every == 0 || step_ == cfg_.train.max_steps || !val.empty()) {
-      std::string line = fmt::format("step {:5d}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | "
-                                     "mem {} | ETA {}",
-                                     step_, cfg_.train.max_steps, loss, last_lr_, last_norm_, last_step_ms_, tps,
-                                     format_bytes(mem.total_peak), format_eta(eta));
-      if (!val.empty()) line += " | " + val_text(val);
-      log_->info(line);
-    }
+    StepReport r{step_, cfg_.train.max_steps, tokens_, loss, last_lr_, last_norm_, last_step_ms_,
+                 tokens_per_step_ / (last_step_ms_ / 1e3), losses_.push(loss), {}, last_skipped_, skipped_steps_,
+                 mem.total_peak, eta};
+    if (peak_.tflops > 0) r.mfu = model_->flops_per_token() * r.tokens_per_s / comm_.size() / (peak_.tflops * 1e12);
+    if (step_ % cfg_.run.log_every == 0 || step_ == cfg_.train.max_steps || !val.empty())
+      log_->info("{}{}", step_line(r), val.empty() ? "" : " | " + val_text(cfg_.data.val, val));
     if (!metrics_) return;
-    nlohmann::json j = {{"step", step_},           {"tokens", tokens_},      {"loss", loss},
-                        {"lr", last_lr_},          {"grad_norm", last_norm_}, {"step_ms", last_step_ms_},
-                        {"tokens_per_s", tps},     {"memory", memory_json(mem)}};
-    if (device_.is_cuda()) j["mfu"] = model_->flops_per_token() * tps / comm_.size() / 989.4e12;
-    if (last_skipped_) j["skipped"] = true;
-    if (!val.empty()) add_val_json(j, val);
+    nlohmann::json j = step_json(r);
+    j["memory"] = memory_json(mem);
+    if (!val.empty()) add_val_json(j, cfg_.data.val, val);
     if (cfg_.precision.compute == ComputeMode::fp8) {
       const int every = cfg_.precision.fp8.monitor_every;
       j["fp8"] = model_->fp8_stats(every > 0 && step_ % every == 0);
@@ -358,7 +337,8 @@ class Trainer {
     ParameterStore& P = model_->params();
     if (comm_.rank() == 0) {
       write_tensor_file(tmp / "model.bin", P.master());
-      write_checkpoint_state(tmp, {step_, comm_.size(), cfg_.distributed.zero_stage, tokens_, cfg_.to_yaml()});
+      write_checkpoint_state(tmp, {step_, comm_.size(), cfg_.distributed.zero_stage, tokens_, cfg_.to_yaml(),
+                                   skipped_steps_});
     }
     save_optimizer_state(tmp, comm_, cfg_.distributed.zero_stage, *optim_);
     if (model_->fp8_enabled())  // per rank: without reduce_amax the ranks' scales differ
@@ -372,9 +352,9 @@ class Trainer {
   }
 
   void restore(const fs::path& where) {
-    const auto dir = latest_checkpoint(where);
-    FP8T_CHECK(dir, "--resume {}: no complete checkpoint found (expected {}/checkpoints/latest)", where.string(),
-               where.string());
+    std::string why;
+    const auto dir = latest_checkpoint(where, &why);
+    FP8T_CHECK(dir, "--resume {}: no complete checkpoint found: {}", where.string(), why);
     // Every file against the manifest first, then state.json's fields, then the model it describes.
     if (const std::string unverified = verify_checkpoint(*dir, CheckpointUse::resume); !unverified.empty())
       log_->warn("{}", unverified);
@@ -387,36 +367,40 @@ class Trainer {
     FP8T_CHECK(s.step <= cfg_.train.max_steps, "--resume {}: the checkpoint is at step {}, past this run's "
                "train.max_steps {}: raise train.max_steps to train on from it", dir->string(), s.step,
                cfg_.train.max_steps);
-    const bool sharded = cfg_.distributed.zero_stage >= 1;
-    FP8T_CHECK(!sharded || s.world_size == comm_.size() || s.zero_stage == 0,
-               "checkpoint {} was written by {} ranks with ZeRO stage {}; resume it with the same number of ranks",
-               dir->string(), s.world_size, s.zero_stage);
+    if (const auto r = reshard_line(*dir, s, comm_.size(), cfg_.distributed.zero_stage); !r.empty()) log_->info(r);
     load_model_weights(*dir, s.world_size, model_->params());
-    if (const std::string changed = load_optimizer_state(*dir, s.world_size, s.zero_stage, *optim_); !changed.empty())
-      log_->warn("{}", changed);
+    if (weights_only_checkpoint(*dir))  // fp8train import's, like a Megatron release checkpoint
+      log_->info("checkpoint {} holds weights only (no optimizer files): AdamW moments start at zero", dir->string());
+    else if (const std::string c = load_optimizer_state(*dir, s.world_size, s.zero_stage, *optim_); !c.empty())
+      log_->warn("{}", c);
+    if (!weights_only_checkpoint(*dir))  // as stored, naming the file: a NaN moment would poison the first step
+      check_finite_optimizer_state(*dir, s.zero_stage == 0 ? 1 : s.world_size, optim_->begin(), optim_->end(),
+                                   model_->params().specs());
     if (model_->fp8_enabled()) {
-      fs::path f = *dir / fmt::format("fp8_rank{}.json", comm_.rank());
-      if (!fs::exists(f)) f = *dir / "fp8_rank0.json";  // resumed on more ranks
-      if (fs::exists(f)) {
-        const nlohmann::json state = read_json_object(f);
+      const ResumedFp8State fp8 = resumed_fp8_state(*dir, s.world_size, comm_.rank(), comm_.size(),
+                                                    fp8_grad_amax_factor(s, comm_.size(), tokens_per_step_));
+      if (!fp8.state.is_null()) {
         try {
-          model_->load_fp8_state(state);
+          model_->load_fp8_state(fp8.state);
         } catch (const Error& e) {
-          FP8T_FAIL("{}: {}", f.string(), e.what());
+          FP8T_FAIL("{}: {}", fp8.source, e.what());
         }
       } else {
         log_->warn("checkpoint {} has no FP8 scaling state: FP8 scales start fresh", dir->string());
       }
     }
-    step_ = opt_steps_ = s.step;
+    step_ = s.step;
+    opt_steps_ = s.step - s.skipped_steps;  // AdamW's step counter counts updates: skipped steps made none
+    skipped_steps_ = s.skipped_steps;
     tokens_ = s.tokens;
-    // Replay the data order so the resumed run sees the batches the uninterrupted one would (on the host
-    // only: at most the batches of train.max_steps steps, none copied to the device).
+    // Replay the data order of this run's ranks so it sees the batches an uninterrupted run on them would (on
+    // the host only: at most the batches of train.max_steps steps, none copied to the device).
     for (int64_t i = 0; i < static_cast<int64_t>(step_) * accum_; ++i)
       train_loader_->next_batch(batch_->h_inputs.data(), batch_->h_targets.data());
     if (comm_.rank() == 0)
       if (const int dropped = drop_metrics_after(run_dir_ / "metrics.jsonl", step_); dropped > 0)
         log_->info("metrics.jsonl: dropped {} row(s) written after step {} (after the checkpoint)", dropped, step_);
+    if (comm_.rank() == 0) losses_.push_from_metrics(run_dir_ / "metrics.jsonl");  // the z-score's window
     log_->info("resumed from {} at step {}", dir->string(), step_);
   }
 
@@ -437,6 +421,9 @@ class Trainer {
   int step_ = 0, opt_steps_ = 0;
   double last_lr_ = 0, last_norm_ = 0, last_step_ms_ = 0;
   bool last_skipped_ = false;
+  int skipped_steps_ = 0;  // over the whole run, resumes included (state.json)
+  LossWindow losses_;      // rank 0: the step line's z-score
+  PeakFlops peak_;         // MFU's denominator (tflops 0: no MFU)
   int skipped_in_row_ = 0, streak_start_ = 0;  // the current streak of skipped steps and its first step
   std::string streak_location_;                 // locate_nonfinite() at the streak's first step
 };
@@ -453,24 +440,6 @@ TrainResult train(const Config& cfg, Communicator& comm, const std::optional<fs:
   }
   Trainer t(cfg, comm, resume);
   return t.run();
-}
-
-std::string summary_line(const TrainResult& r, const Config& cfg) {
-  std::string line = fmt::format("fp8train: done: {} steps", r.steps);
-  if (r.skipped_steps > 0 && r.skipped_steps == r.steps_run)
-    line += fmt::format(" (all {} run here skipped for non-finite values: the weights were not updated)",
-                        r.skipped_steps);
-  else if (r.skipped_steps > 0)
-    line += fmt::format(" ({} of {} run here skipped for non-finite values)", r.skipped_steps, r.steps_run);
-  if (r.first_val_loss) line += fmt::format(", first val_loss {:.4f}", *r.first_val_loss);
-  if (r.last_val_loss) line += fmt::format(", last val_loss {:.4f}", *r.last_val_loss);
-  for (size_t i = 1; i < cfg.data.val.size(); ++i)  // the other validation sets, in config order
-    if (const auto it = r.last_val_losses.find(cfg.data.val[i].name); it != r.last_val_losses.end())
-      line += fmt::format(", {} {:.4f}", it->first, it->second);
-  if (!r.first_val_loss && !r.last_val_loss) line += ", no validation run (data.val is empty)";
-  line += r.last_train_loss ? fmt::format(", last train loss {:.4f}", *r.last_train_loss)
-                            : std::string(", no training step run");
-  return line;
 }
 
 }  // namespace fp8t

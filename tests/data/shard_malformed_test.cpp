@@ -168,21 +168,34 @@ TEST_CASE("shard malformed: token ids are checked against the vocabulary at load
   CHECK_THAT(error_of([&] { check_token_ids(t, 0, "z.bin"); }), ContainsSubstring("z.bin"));
 }
 
-TEST_CASE("shard malformed: a bad id in a later shard fails when that shard loads, naming it",
-          "[data][malformed]") {
+TEST_CASE("shard malformed: a bad id in a later shard fails at start-up, naming it", "[data][malformed]") {
   TempDir dir;
   constexpr int B = 2, T = 4;
-  write_shard(dir.file("train_000000.bin"), tokens_below(2 * B * T + 1, kVocab));  // two batches
-  auto bad = tokens_below(2 * B * T + 1, kVocab);
+  const auto good = tokens_below(2 * B * T + 1, kVocab);  // two batches
+  write_shard(dir.file("train_000000.bin"), good);
+  auto bad = good;
   bad[5] = 2000;
   write_shard(dir.file("train_000001.bin"), bad);
+  // The constructor reads every shard's ids, not only the first one it serves.
+  CHECK_THAT(error_of([&] { ShardLoader(dir.file("train_*.bin"), B, T, 0, 1, 0, kVocab); }),
+             ContainsSubstring(dir.file("train_000001.bin")) && ContainsSubstring("token 5 ") &&
+                 ContainsSubstring("id 2000"));
+  // Past the streaming pass's first chunk (2^21 tokens), positions still count from the shard's start.
+  auto big = tokens_below((1 << 21) + 100, kVocab);
+  big[(1 << 21) + 7] = 3000;
+  write_shard(dir.file("big_000000.bin"), big);
+  CHECK_THAT(error_of([&] { ShardLoader(dir.file("big_*.bin"), B, T, 0, 1, 0, kVocab); }),
+             ContainsSubstring("token 2097159 ") && ContainsSubstring("id 3000"));
+  // A shard replaced after start-up is checked again when it loads.
+  write_shard(dir.file("train_000001.bin"), good);
   ShardLoader loader(dir.file("train_*.bin"), B, T, 0, 1, 0, kVocab);  // file order: shard 0 first
+  write_shard(dir.file("train_000001.bin"), bad);
   std::vector<int32_t> x(B * T), y(B * T);
   loader.next_batch(x.data(), y.data());
   loader.next_batch(x.data(), y.data());
-  const std::string msg = error_of([&] { loader.next_batch(x.data(), y.data()); });
-  CHECK_THAT(msg, ContainsSubstring(dir.file("train_000001.bin")) && ContainsSubstring("token 5 ") &&
-                      ContainsSubstring("id 2000"));
+  CHECK_THAT(error_of([&] { loader.next_batch(x.data(), y.data()); }),
+             ContainsSubstring(dir.file("train_000001.bin")) && ContainsSubstring("token 5 ") &&
+                 ContainsSubstring("id 2000"));
   // Without the vocabulary (kAnyTokenId) the same shards load: the check is the loader's, not the file's.
   ShardLoader any(dir.file("train_*.bin"), B, T, 0, 1, 0);
   for (int i = 0; i < 3; ++i) any.next_batch(x.data(), y.data());

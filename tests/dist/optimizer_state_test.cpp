@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "dist/zero.h"
+#include "train/optimizer_checkpoint.h"
 
 using namespace fp8t;
 namespace fs = std::filesystem;

@@ -28,6 +28,7 @@
 #include "optim/adamw.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_manifest.h"
+#include "train/optimizer_checkpoint.h"
 
 namespace fs = std::filesystem;
 

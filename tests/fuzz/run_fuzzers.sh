@@ -29,7 +29,11 @@ fi
 # Leaks count; UBSan already aborts (-fno-sanitize-recover) and should say where.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
+# One input may take 30 s (a hang, reported as timeout-*), and 2 GiB (oom-*).
 FUZZ_FLAGS=(-timeout=30 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1)
+# Outer bounds, should libFuzzer itself not stop: a replayed input, and a whole fuzzing run.
+REPLAY_LIMIT=120
+FUZZ_LIMIT=$((SECONDS_EACH + 120))
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/fp8t_fuzz_run.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
@@ -64,8 +68,8 @@ for name in "${NAMES[@]}"; do
       [ -f "$f" ] || continue
       case "${f##*/}" in README* | .*) continue ;; esac
       replayed=$((replayed + 1))
-      if ! "$bin" "${FUZZ_FLAGS[@]}" "$f" >"$WORK/replay.log" 2>&1; then
-        echo "run_fuzzers: $name: regression ${f#"$HERE/"} fails:"
+      if ! timeout -k 5 "$REPLAY_LIMIT" "$bin" "${FUZZ_FLAGS[@]}" "$f" >"$WORK/replay.log" 2>&1; then
+        echo "run_fuzzers: $name: regression ${f#"$HERE/"} fails (or ran past ${REPLAY_LIMIT} s):"
         tail -n 40 "$WORK/replay.log"
         bad=$((bad + 1))
       fi
@@ -86,8 +90,9 @@ for name in "${NAMES[@]}"; do
   rm -f "$corpus"/README*
   echo "run_fuzzers: $name: fuzzing ${SECONDS_EACH}s from $(ls "$corpus" | wc -l) seed(s)"
   rc=0
-  "$bin" "${FUZZ_FLAGS[@]}" "${dict[@]}" -max_total_time="$SECONDS_EACH" -artifact_prefix="$artifacts/" \
-    "$corpus" >"$WORK/$name/fuzz.log" 2>&1 || rc=$?
+  timeout -k 10 "$FUZZ_LIMIT" "$bin" "${FUZZ_FLAGS[@]}" "${dict[@]}" -max_total_time="$SECONDS_EACH" \
+    -artifact_prefix="$artifacts/" "$corpus" >"$WORK/$name/fuzz.log" 2>&1 || rc=$?
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then echo "run_fuzzers: $name: still running after ${FUZZ_LIMIT} s: killed"; fi
   grep -E "^(stat::number_of_executed_units|stat::new_units_added|Done )" "$WORK/$name/fuzz.log" | tr '\n' ' ' || true
   echo
   found=()
@@ -102,7 +107,7 @@ for name in "${NAMES[@]}"; do
     mkdir -p "$regress"
     for f in "${found[@]}"; do
       cp "$f" "$regress/"
-      echo "run_fuzzers: $name: kept ${regress#"$HERE/../../"}/${f##*/}"
+      echo "run_fuzzers: $name: NEW FAILING INPUT kept as $regress/${f##*/} (reproduce: $bin $regress/${f##*/})"
       show_input "$f"
     done
     failed+=("$name (libFuzzer exit $rc, ${#found[@]} input(s) kept)")

@@ -60,13 +60,13 @@ void check_rows(const std::vector<float>& got, const std::vector<float>& want, c
   }
 }
 
-void check_attention(int B, int T, int NH, int HS) {
+void check_attention(int B, int T, int NH, int HS, const kernels::AttentionKernels& kernels = {}) {
   const int C = NH * HS;
   const int64_t n_qkv = int64_t(B) * T * 3 * C, n_out = int64_t(B) * T * C;
   const auto qkv = round_bf16(randn(n_qkv, 1.0f));
   Tensor tqkv = upload(qkv, {B, T, 3 * C}, DType::bf16);
   Tensor out = poisoned({B, T, C}, DType::bf16), lse = poisoned({B, NH, T}, DType::f32);
-  cuda_ops::attention_forward(out, lse, tqkv, NH);
+  cuda_ops::attention_forward(out, lse, tqkv, NH, kernels);
   std::vector<float> rout(n_out), rlse(int64_t(B) * NH * T);
   cpu::attention_forward(rout.data(), rlse.data(), qkv.data(), B, T, C, NH);
   INFO("B=" << B << " T=" << T << " NH=" << NH << " HS=" << HS);
@@ -78,7 +78,7 @@ void check_attention(int B, int T, int NH, int HS) {
   cpu::attention_backward(g.data(), dout.data(), qkv.data(), rout.data(), rlse.data(), B, T, C, NH);
   auto dqkv0 = round_bf16(randn(n_qkv, float(rms(g))));
   Tensor dqkv = upload(dqkv0, {B, T, 3 * C}, DType::bf16);
-  cuda_ops::attention_backward(dqkv, upload(dout, {B, T, C}, DType::bf16), tqkv, out, lse, NH);
+  cuda_ops::attention_backward(dqkv, upload(dout, {B, T, C}, DType::bf16), tqkv, out, lse, NH, kernels);
   for (int64_t i = 0; i < n_qkv; ++i) g[i] += dqkv0[i];
   const auto got = download(dqkv);
   CHECK(rel_err(got, g) < 2e-2);
@@ -120,22 +120,20 @@ TEST_CASE("attention head size 64 wgmma backward variants", "[gpu][attention]") 
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   for (int variant : {0, 1, 2}) {
     INFO("variant " << variant);
-    kernels::set_attention_backward_wgmma_variant(variant);
-    for (int T : {1, 77, 130, 333, 1024}) check_attention(2, T, 3, 64);
-    check_attention((32 * sms / 4 + 5 + 2) / 3, 256, 3, 64);
+    const kernels::AttentionKernels k{.wgmma = true, .wgmma_backward_variant = variant};
+    for (int T : {1, 77, 130, 333, 1024}) check_attention(2, T, 3, 64, k);
+    check_attention((32 * sms / 4 + 5 + 2) / 3, 256, 3, 64, k);
   }
-  kernels::set_attention_backward_wgmma_variant(3);
 }
 
 // The default HS 64 kernels on a Hopper are the wgmma ones; the mma.sync ones (every other GPU) are checked too.
 TEST_CASE("attention head size 64 on the mma.sync kernels", "[gpu][attention]") {
   INFO("wgmma kernels available: " << kernels::attention_wgmma_available());
-  kernels::set_attention_wgmma(false);
-  for (int T : {1, 77, 130, 256, 333, 1024}) check_attention(2, T, 3, 64);
+  const kernels::AttentionKernels mma_sync{.wgmma = false};
+  for (int T : {1, 77, 130, 256, 333, 1024}) check_attention(2, T, 3, 64, mma_sync);
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  check_attention((32 * sms / 4 + 5 + 2) / 3, 256, 3, 64);
-  kernels::set_attention_wgmma(true);
+  check_attention((32 * sms / 4 + 5 + 2) / 3, 256, 3, 64, mma_sync);
 }
 
 TEST_CASE("attention head size 128", "[gpu][attention]") {
@@ -169,8 +167,7 @@ TEST_CASE("attention throughput", "[.bench][attention]") {
   for (auto [B, NH, T, HS, variant] : cases) {
     const bool wgmma = variant >= 0;
     if (wgmma && !kernels::attention_wgmma_available()) continue;
-    kernels::set_attention_wgmma(wgmma);
-    if (wgmma) kernels::set_attention_backward_wgmma_variant(variant);
+    const kernels::AttentionKernels k{.wgmma = wgmma, .wgmma_backward_variant = wgmma ? variant : 3};
     const int C = NH * HS;
     const int64_t n_qkv = int64_t(B) * T * 3 * C, n_out = int64_t(B) * T * C;
     Tensor qkv = upload(randn(n_qkv), {B, T, 3 * C}, DType::bf16);
@@ -181,13 +178,13 @@ TEST_CASE("attention throughput", "[.bench][attention]") {
     CudaEvent e0 = make_event(true), e1 = make_event(true), e2 = make_event(true);
     constexpr int kIters = 10;
     for (int warm = 0; warm < 2; ++warm) {
-      cuda_ops::attention_forward(out, lse, qkv, NH);
-      cuda_ops::attention_backward(dqkv, dout, qkv, out, lse, NH);
+      cuda_ops::attention_forward(out, lse, qkv, NH, k);
+      cuda_ops::attention_backward(dqkv, dout, qkv, out, lse, NH, k);
     }
     CUDA_CHECK(cudaEventRecord(e0, s));
-    for (int i = 0; i < kIters; ++i) cuda_ops::attention_forward(out, lse, qkv, NH);
+    for (int i = 0; i < kIters; ++i) cuda_ops::attention_forward(out, lse, qkv, NH, k);
     CUDA_CHECK(cudaEventRecord(e1, s));
-    for (int i = 0; i < kIters; ++i) cuda_ops::attention_backward(dqkv, dout, qkv, out, lse, NH);
+    for (int i = 0; i < kIters; ++i) cuda_ops::attention_backward(dqkv, dout, qkv, out, lse, NH, k);
     CUDA_CHECK(cudaEventRecord(e2, s));
     CUDA_CHECK(cudaEventSynchronize(e2));
     float fwd_ms = 0, bwd_ms = 0;
@@ -200,6 +197,4 @@ TEST_CASE("attention throughput", "[.bench][attention]") {
                 T, HS, wgmma ? "wgmma" : "mma.sync", variant, fwd_ms, flops / fwd_ms / 1e9, bwd_ms,
                 2.5 * flops / bwd_ms / 1e9);
   }
-  kernels::set_attention_wgmma(true);
-  kernels::set_attention_backward_wgmma_variant(3);
 }

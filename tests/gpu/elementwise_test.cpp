@@ -2,6 +2,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include "gpu_test_util.h"
+#include "core/tensor_ops.h"
 #include "ops/cpu/reference.h"
 #include "ops/cuda_ops.h"
 
@@ -12,12 +13,12 @@ TEST_CASE("fill - scale - add and cast on the GPU", "[gpu][elementwise]") {
   for (int64_t n : {1, 7, 1000, 100003}) {
     for (DType dt : {DType::f32, DType::bf16}) {
       Tensor t = poisoned({n}, dt);
-      cuda_ops::fill(t, 1.75f);
+      fill_(t, 1.75f);
       for (float x : download(t)) REQUIRE(x == 1.75f);
 
       const auto a = round_bf16(randn(n)), b = round_bf16(randn(n));
       Tensor ta = upload(a, {n}, dt);
-      cuda_ops::scale_inplace(ta, 0.5f);
+      scale_(ta, 0.5f);
       std::vector<float> ref(a);
       for (auto& x : ref) x *= 0.5f;
       CHECK(rel_err(download(ta), ref) < (dt == DType::f32 ? 1e-6 : 1e-2));
@@ -25,14 +26,14 @@ TEST_CASE("fill - scale - add and cast on the GPU", "[gpu][elementwise]") {
       for (DType src_dt : {DType::f32, DType::bf16}) {
         Tensor tb = upload(b, {n}, src_dt);
         Tensor tc = upload(a, {n}, dt);
-        cuda_ops::add_inplace(tc, tb);
+        add_(tc, tb);
         std::vector<float> sum(n);
         for (int64_t i = 0; i < n; ++i) sum[i] = a[i] + b[i];
         CHECK(rel_err(download(tc), sum) < (dt == DType::f32 ? 1e-6 : 1e-2));
       }
       Tensor src = upload(a, {n}, dt);
       Tensor dst = poisoned({n}, dt == DType::f32 ? DType::bf16 : DType::f32);
-      cuda_ops::cast(dst, src);
+      cast_into(dst, src);
       CHECK(rel_err(download(dst), a) < 1e-6);  // a is bf16-exact
     }
   }

@@ -30,7 +30,8 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # A sanitizer report must not pass for a clean refusal that happens to exit 1. A case that allocates
 # without bound must not take the machine with it: 4 GiB, through ASan's RSS limit in a sanitized
 # build (whose shadow memory rules out an address-space limit), else through ulimit -v.
-export ASAN_OPTIONS="${ASAN_OPTIONS:-exitcode=86:hard_rss_limit_mb=4096}"
+# Appended to the caller's options (the later setting of a flag wins), so these always hold.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}exitcode=86:hard_rss_limit_mb=4096"
 grep -qa "AddressSanitizer" "$BIN" || ulimit -v $((4 * 1024 * 1024))
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
 

@@ -1,9 +1,16 @@
-// A 2-rank training run for the dead-rank tests: the environment (FP8T_TEST_DIE_AT_STEP or
-// FP8T_TEST_HANG_AT_STEP) makes the last rank die or stall mid-run; the survivors must end
-// within distributed.timeout_s with a message, not hang. Usage: fp8t_mpi_dead_rank WORK_DIR
+// A 2-rank training run for the dead-rank tests: the last rank dies (`die`) or stops responding
+// (`hang`) at step 3's gradient reduction, through a communicator that wraps the real one; the
+// survivors must end within distributed.timeout_s with a message, not hang.
+// Usage: fp8t_mpi_dead_rank WORK_DIR die|hang
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <random>
+#include <string_view>
+#include <thread>
 
 #include "config/config.h"
 #include "data/shard.h"
@@ -13,11 +20,49 @@
 using namespace fp8t;
 namespace fs = std::filesystem;
 
+namespace {
+
+// The real communicator, except that on the last rank the `fault_at`-th reduce-scatter (ZeRO-1
+// reduces once per step) exits abruptly or never returns.
+class FaultyCommunicator : public Communicator {
+ public:
+  FaultyCommunicator(std::unique_ptr<Communicator> real, bool hang, int fault_at)
+      : real_(std::move(real)), hang_(hang), fault_at_(fault_at) {}
+  int rank() const override { return real_->rank(); }
+  int size() const override { return real_->size(); }
+  std::string backend() const override { return real_->backend(); }
+  void all_reduce(Tensor& t, ReduceOp op) override { real_->all_reduce(t, op); }
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
+    if (rank() == size() - 1 && ++reductions_ == fault_at_) {
+      if (!hang_) _exit(1);
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
+    }
+    real_->reduce_scatter(in, out, op);
+  }
+  void all_gather(const Tensor& in, Tensor& out) override { real_->all_gather(in, out); }
+  void broadcast(Tensor& t, int root) override { real_->broadcast(t, root); }
+  void barrier() override { real_->barrier(); }
+  void reduce(Tensor& t, ReduceOp op, int root) override { real_->reduce(t, op, root); }
+  void set_timeout(double seconds) override { real_->set_timeout(seconds); }
+  void synchronize() override { real_->synchronize(); }
+  uint64_t ticket() override { return real_->ticket(); }
+  void wait(uint64_t ticket) override { real_->wait(ticket); }
+
+ private:
+  std::unique_ptr<Communicator> real_;
+  bool hang_;
+  int fault_at_;
+  int reductions_ = 0;
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s WORK_DIR\n", argv[0]);
+  if (argc != 3 || (std::string_view(argv[2]) != "die" && std::string_view(argv[2]) != "hang")) {
+    std::fprintf(stderr, "usage: %s WORK_DIR die|hang\n", argv[0]);
     return 2;
   }
+  const bool hang = std::string_view(argv[2]) == "hang";
   const fs::path root = argv[1];
   const std::string yaml = fmt::format(R"(
 run: {{name: dead_rank, out_dir: {0}/run, seed: 7, device: cpu}}
@@ -29,7 +74,7 @@ distributed: {{zero_stage: 1, timeout_s: 5}}
                                        root.string());
   try {
     Config cfg = parse_config(yaml, "dead_rank.yaml");
-    auto comm = bootstrap(cfg);
+    auto comm = std::make_unique<FaultyCommunicator>(bootstrap(cfg), hang, /*fault_at=*/3);
     if (comm->rank() == 0) {
       fs::create_directories(root / "data");
       std::vector<uint16_t> toks(4096);

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "config/config.h"
-#include "optim/adamw_math.h"
+#include "core/adamw_math.h"
 
 namespace fp8t {
 

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "config/config.h"
 #include "core/dtype.h"
 
 #ifdef __CUDACC__

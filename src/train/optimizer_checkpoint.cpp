@@ -1,11 +1,12 @@
-// ZeRO checkpoints: the optimizer moments of every rank's shard, each in its stored dtype, and loading
-// them into another world size, ZeRO stage or state dtype.
+// The optimizer's part of checkpoints: the moments of every rank's shard, each in its stored dtype, and
+// loading them into another world size, ZeRO stage or state dtype.
+#include "train/optimizer_checkpoint.h"
+
 #include <algorithm>
 #include <fstream>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 
-#include "dist/zero.h"
 #include "train/checkpoint.h"
 
 namespace fp8t {

@@ -1,18 +1,31 @@
-// Tensor utilities without autograd: zeros_like, fill_, add_, scale_, cast, first_nonfinite. On the host they
-// accept f32, f64 and bf16 in any combination; CUDA tensors go to cuda_ops.
+// Tensor utilities without autograd (core/tensor_ops.h): the host loops here, CUDA tensors to the kernels.
+#include "core/tensor_ops.h"
+
 #include <cmath>
 #include <cstring>
 
-#include "ops/dispatch.h"
-#include "ops/ops.h"
-
 #ifdef FP8T_HAVE_CUDA
-#include "ops/cuda_optim.h"
+#include "core/cuda_check.h"
+#include "kernels/elementwise.cuh"
+#include "kernels/global_norm.cuh"
+#include "kernels/stream.cuh"
 #endif
 
 namespace fp8t {
 
 namespace {
+
+#ifdef FP8T_HAVE_CUDA
+namespace k = kernels;
+void expect_cuda_float(const Tensor& t, const char* op) {
+  FP8T_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16, "{}: a CUDA tensor must be f32 or bf16, got {}", op,
+             t.str());
+}
+#define FP8T_CUDA_ONLY(op, ...) __VA_ARGS__
+#else
+#define FP8T_CUDA_ONLY(op, ...) \
+  FP8T_FAIL("{}: tensor is on a CUDA device but this build has no CUDA (reconfigure with -DFP8T_CUDA=ON)", op)
+#endif
 
 double load(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
@@ -46,7 +59,8 @@ Tensor zeros_like(const Tensor& t, DType dtype) {
 
 void fill_(Tensor& t, float value) {
   if (t.device().is_cuda()) {
-    FP8T_ON_CUDA("fill_", cuda_ops::fill(t, value));
+    FP8T_CUDA_ONLY("fill_", expect_cuda_float(t, "fill_");
+                   k::fill(t.raw(), t.dtype(), static_cast<size_t>(t.numel()), value, k::compute_stream()));
     return;
   }
   check_host_float(t, "fill_");
@@ -60,7 +74,9 @@ void add_(Tensor& dst, const Tensor& src) {
   FP8T_CHECK(dst.device() == src.device(), "add_: {} += {}: tensors are on different devices", dst.str(),
              src.str());
   if (dst.device().is_cuda()) {
-    FP8T_ON_CUDA("add_", cuda_ops::add_inplace(dst, src));
+    FP8T_CUDA_ONLY("add_", expect_cuda_float(dst, "add_"); expect_cuda_float(src, "add_");
+                   k::add_inplace(dst.raw(), dst.dtype(), src.raw(), src.dtype(), static_cast<size_t>(dst.numel()),
+                                  k::compute_stream()));
     return;
   }
   check_host_float(dst, "add_");
@@ -86,7 +102,8 @@ void add_(Tensor& dst, const Tensor& src) {
 
 void scale_(Tensor& t, float s) {
   if (t.device().is_cuda()) {
-    FP8T_ON_CUDA("scale_", cuda_ops::scale_inplace(t, s));
+    FP8T_CUDA_ONLY("scale_", expect_cuda_float(t, "scale_");
+                   k::scale_inplace(t.raw(), t.dtype(), static_cast<size_t>(t.numel()), s, k::compute_stream()));
     return;
   }
   check_host_float(t, "scale_");
@@ -111,7 +128,8 @@ void cast_into(Tensor& dst, const Tensor& t) {
   if (t.device().is_cuda()) {
     FP8T_CHECK((t.dtype() == DType::f32 && dtype == DType::bf16) || (t.dtype() == DType::bf16 && dtype == DType::f32),
                "cast: on CUDA only f32 <-> bf16 is supported, asked {} -> {}", t.str(), dtype_name(dtype));
-    FP8T_ON_CUDA("cast", cuda_ops::cast(dst, t));
+    FP8T_CUDA_ONLY("cast", k::cast(dst.raw(), dst.dtype(), t.raw(), t.dtype(), static_cast<size_t>(t.numel()),
+                                   k::compute_stream()));
     return;
   }
   check_host_float(t, "cast");
@@ -125,18 +143,50 @@ void cast_into(Tensor& dst, const Tensor& t) {
 std::optional<int64_t> first_nonfinite(const Tensor& t) {
   if (!t.defined() || !is_host_float(t.dtype())) return std::nullopt;
   if (t.device().is_cuda()) {
-#ifdef FP8T_HAVE_CUDA
-    if (t.dtype() != DType::f64 && std::isfinite(cuda_ops::sum_squares(t.raw(), t.dtype(), t.numel())))
-      return std::nullopt;
+    if (t.dtype() != DType::f64 && std::isfinite(sum_squares(t, 0, t.numel()))) return std::nullopt;
     return first_nonfinite(t.to(Device::cpu(), MemCategory::workspace));
-#else
-    FP8T_FAIL("first_nonfinite: tensor is on a CUDA device but this build has no CUDA");
-#endif
   }
   const int64_t n = t.numel();
   for (int64_t i = 0; i < n; ++i)
     if (!std::isfinite(load(t, i))) return i;
   return std::nullopt;
+}
+
+double sum_squares(const Tensor& t, int64_t begin, int64_t end) {
+  FP8T_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16, "sum_squares needs f32 or bf16, got {}", t.str());
+  FP8T_CHECK(0 <= begin && begin <= end && end <= t.numel(), "sum_squares: range [{}, {}) outside {}", begin, end,
+             t.str());
+  if (t.device().is_cuda()) {
+#ifdef FP8T_HAVE_CUDA
+    const char* x = static_cast<const char*>(t.raw()) + begin * static_cast<int64_t>(dtype_size(t.dtype()));
+    const auto n = static_cast<size_t>(end - begin);
+    Tensor acc = Tensor::zeros({1}, DType::f32, t.device(), MemCategory::workspace);
+    if (t.dtype() == DType::f32)
+      k::global_norm_squared(acc.data<float>(), reinterpret_cast<const float*>(x), n, k::compute_stream());
+    else
+      k::global_norm_squared(acc.data<float>(), reinterpret_cast<const __nv_bfloat16*>(x), n, k::compute_stream());
+    float host = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&host, acc.data<float>(), sizeof(float), cudaMemcpyDeviceToHost, k::compute_stream()));
+    CUDA_CHECK(cudaStreamSynchronize(k::compute_stream()));
+    return host;
+#else
+    FP8T_FAIL("sum_squares: tensor is on a CUDA device but this build has no CUDA (reconfigure with -DFP8T_CUDA=ON)");
+#endif
+  }
+  double acc = 0.0;
+  if (t.dtype() == DType::f32) {
+    const float* x = t.data<float>();
+#pragma omp parallel for reduction(+ : acc) schedule(static)
+    for (int64_t i = begin; i < end; ++i) acc += static_cast<double>(x[i]) * x[i];
+  } else {
+    const uint16_t* x = t.data<uint16_t>();
+#pragma omp parallel for reduction(+ : acc) schedule(static)
+    for (int64_t i = begin; i < end; ++i) {
+      const double xi = bf16_to_float(x[i]);
+      acc += xi * xi;
+    }
+  }
+  return acc;
 }
 
 }  // namespace fp8t
