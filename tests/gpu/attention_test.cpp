@@ -92,11 +92,12 @@ void check_attention(int B, int T, int NH, int HS, const kernels::AttentionKerne
         r.push_back(g[i] - dqkv0[i]);
       }
     INFO("part " << part);
-    // T = 1: the softmax is exactly 1, so dk is zero up to rounding and only an absolute bound means anything.
+    // T = 1: the softmax is exactly 1, so dS = P (dP - delta) = dO.V - dO.O = 0: dq and dk are zero up to
+    // rounding and only an absolute bound means anything (a relative one failed by chance for each).
     double diff = 0.0;
     for (size_t i = 0; i < a.size(); ++i) diff += (double(a[i]) - r[i]) * (double(a[i]) - r[i]);
     const double diff_rms = std::sqrt(diff / double(std::max<size_t>(1, a.size())));
-    CHECK((rel_err(a, r) < 4e-2 || (T == 1 && part == 1 && diff_rms < 1e-3 * rms(g))));
+    CHECK((rel_err(a, r) < 4e-2 || (T == 1 && part < 2 && diff_rms < 1e-3 * rms(g))));
   }
   check_rows(got, g, dqkv0, int64_t(B) * T, C, HS);
 }
