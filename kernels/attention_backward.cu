@@ -1,0 +1,326 @@
+// The backward of the mma.sync attention (kernels/attention.cu has the schedule): delta = rowsum(dO * O) with the
+// dQ scratch zeroed, the main pass over key blocks (dK, dV in registers, dQ through f32 atomics or the wgmma
+// backward's tiles), and the pass that adds scale * dQ into dqkv; the wgmma backward (HS 64 on a Hopper)
+// shares the first and last.
+#include "kernels/attention_mma.cuh"
+
+namespace fp8t::kernels {
+namespace {
+
+// delta (B, NH, T) = rowsum(dO * O) per head, and dq_accum (B, T, C) = 0 for the backward's atomics.
+// One thread per 8 channels (16-byte loads); HS / 8 adjacent lanes hold one head of one row.
+template <int HS>
+__global__ void attention_delta_kernel(float* delta, float* dq_accum, const bf16* dout, const bf16* out,
+                                       int64_t n_chunks, int T, int NH) {
+  constexpr int kLanes = HS / 8;
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  float acc = 0.0f;
+  if (i < n_chunks) {
+    const auto a = Vec16<bf16>::load(dout + 8 * i), o = Vec16<bf16>::load(out + 8 * i);
+#pragma unroll
+    for (int k = 0; k < 8; k += 2) {
+      const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&a.v[k]));
+      const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&o.v[k]));
+      acc += x.x * y.x + x.y * y.y;
+    }
+    if (dq_accum) {  // null: the caller zeroes it (the tiled layout is longer)
+      const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      reinterpret_cast<float4*>(dq_accum + 8 * i)[0] = zero;
+      reinterpret_cast<float4*>(dq_accum + 8 * i)[1] = zero;
+    }
+  }
+  // Every lane shuffles (lanes past the end add zeros); the groups of kLanes never straddle two heads.
+#pragma unroll
+  for (int m = kLanes / 2; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+  if (i < n_chunks && i % kLanes == 0) {
+    const int64_t row_chunks = int64_t{NH} * kLanes, bt = i / row_chunks, b = bt / T, t = bt % T;
+    const int h = static_cast<int>(i % row_chunks) / kLanes;
+    delta[(b * NH + h) * T + t] = acc;
+  }
+}
+
+// Backward tiling per head size. kKeys: keys per block, 16 per warp, whose dK and dV stay in registers for the
+// whole block; kRows: query rows per step; kMinBlocks: blocks per SM that __launch_bounds__ fits registers to.
+template <int HS>
+struct BwdTile;
+// HS 64: three blocks of 4 warps per SM (168 registers) measured 117 TFLOP/s against 108 with two blocks and no
+// spills. Still to measure: kKeys 128, kMinBlocks 1 (8 warps, 210 registers, half the dQ atomics).
+template <>
+struct BwdTile<64> {
+  static constexpr int kKeys = 64, kRows = 64, kMinBlocks = 3;
+};
+// HS 128: 32 rows keep dK, dV (128 registers) and the scores within 255; 8 warps of 255 registers fill the
+// register file with one block (4 warps of 64 keys left half of it unused).
+template <>
+struct BwdTile<128> {
+  static constexpr int kKeys = 128, kRows = 32, kMinBlocks = 1;
+};
+
+template <int HS>
+constexpr int backward_smem_bytes() {
+  constexpr int KEYS = BwdTile<HS>::kKeys, BR = BwdTile<HS>::kRows;
+  // sK, sV, 2 x sQ, 2 x sdO, sdS^T, 2 x lse, 2 x delta
+  return (2 * KEYS + 4 * BR) * (HS + kPad) * 2 + KEYS * (BR + kPad) * 2 + 4 * BR * 4;
+}
+
+template <int HS>
+__global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlocks)
+    attention_backward_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
+                              const float* lse, int BH, int T, int NH, int group, float scale) {
+  constexpr int KEYS = BwdTile<HS>::kKeys, BR = BwdTile<HS>::kRows, kThreads = 2 * KEYS, kWarps = KEYS / 16;
+  constexpr int kLd = HS + kPad, kLdS = BR + kPad;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem);  // (KEYS, HS)
+  bf16* sV = sK + KEYS * kLd;                // (KEYS, HS)
+  bf16* sQ = sV + KEYS * kLd;                // 2 x (BR queries, HS)
+  bf16* sdO = sQ + 2 * BR * kLd;             // 2 x (BR queries, HS)
+  bf16* sdSt = sdO + 2 * BR * kLd;           // (KEYS, BR queries) dS^T
+  float* sLse = reinterpret_cast<float*>(sdSt + KEYS * kLdS);  // 2 x (BR) lse * log2(e)
+  float* sDelta = sLse + 2 * BR;                               // 2 x (BR)
+
+  const int n_kb = ceil_div(T, KEYS);
+  int bh, kb;
+  backward_block(static_cast<int>(blockIdx.x), BH, n_kb, group, bh, kb);
+  const int b = bh / NH, h = bh % NH, k0 = kb * KEYS;
+  const int C = NH * HS;
+  const int64_t ld = 3 * int64_t{C};
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int key_lo = k0 + warp * 16;  // this warp's first key
+  const bf16* q_base = qkv + int64_t{b} * T * ld + h * HS;
+  const bf16* do_base = dout + int64_t{b} * T * C + h * HS;
+  const float* lse_bh = lse + int64_t{bh} * T;
+  const float* delta_bh = delta + int64_t{bh} * T;
+  const int qb_first = k0 / BR, n_qb = ceil_div(T, BR);
+  const float sl2 = scale * kLog2e;
+
+  // Query rows past T get lse = inf, hence P = 0 and no contribution.
+  auto load_rows = [&](int q0, int st) {
+    load_tile<BR, HS, kThreads>(sQ + st * BR * kLd, q_base, ld, q0, T);
+    load_tile<BR, HS, kThreads>(sdO + st * BR * kLd, do_base, C, q0, T);
+    cp_async_commit();
+  };
+  load_tile<KEYS, HS, kThreads>(sK, q_base + C, ld, k0, T);
+  load_tile<KEYS, HS, kThreads>(sV, q_base + 2 * C, ld, k0, T);
+  load_rows(qb_first * BR, 0);
+  if (threadIdx.x < BR) {
+    const int qi = qb_first * BR + threadIdx.x;
+    sLse[threadIdx.x] = qi < T ? lse_bh[qi] * kLog2e : INFINITY;
+    sDelta[threadIdx.x] = qi < T ? delta_bh[qi] : 0.0f;
+  }
+
+  float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};  // this warp's (16 keys, HS)
+  // dQ (BR, HS) of a step split over the warps: kRowTiles row tiles of 16 times HS / kCols column slices.
+  constexpr int kRowTiles = BR / 16, kCols = HS * kRowTiles / kWarps;
+  static_assert(kWarps % kRowTiles == 0 && kCols % 16 == 0, "dQ tiles must divide evenly over the warps");
+  const int dq_row = (warp % kRowTiles) * 16, dq_col = (warp / kRowTiles) * kCols;
+
+  for (int qb = qb_first; qb < n_qb; ++qb) {
+    const int st = (qb - qb_first) & 1, q0 = qb * BR;
+    cp_async_wait<0>();  // the only group in flight is stage st (with sK, sV on the first step)
+    // Stage st is visible to every thread, and every warp has left step qb - 1: stage st ^ 1 of sQ, sdO, sLse,
+    // sDelta and sdSt are free to overwrite.
+    __syncthreads();
+    float next_lse = INFINITY, next_delta = 0.0f;  // kept in registers, stored at the end of the step
+    if (qb + 1 < n_qb) {
+      load_rows(q0 + BR, st ^ 1);
+      const int qi = q0 + BR + threadIdx.x;
+      if (threadIdx.x < BR && qi < T) {
+        next_lse = lse_bh[qi] * kLog2e;
+        next_delta = delta_bh[qi];
+      }
+    }
+    const bf16* sQt = sQ + st * BR * kLd;
+    const bf16* sdOt = sdO + st * BR * kLd;
+
+    // 16-query chunks whose every query precedes every key of this warp are masked whole (P = dS = 0): their
+    // MMAs are skipped, and the mask below zeroes their P. Warp-uniform; only on the diagonal steps.
+    auto live = [&](int chunk) { return q0 + 16 * chunk + 15 >= key_lo; };
+
+    // S^T = K Q^T and dP^T = V dO^T, (16 keys, BR queries) for this warp.
+    float s[BR / 8][4] = {}, dp[BR / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; ++kk) {
+      uint32_t ka[4], va[4];
+      ldmatrix_x4(ka, frag_rows16(sK + warp * 16 * kLd + kk * 16, kLd, lane));
+      ldmatrix_x4(va, frag_rows16(sV + warp * 16 * kLd + kk * 16, kLd, lane));
+#pragma unroll
+      for (int jp = 0; jp < BR / 16; ++jp) {
+        if (!live(jp)) continue;
+        uint32_t qb4[4], ob4[4];
+        ldmatrix_x4(qb4, frag_cols16(sQt + jp * 16 * kLd + kk * 16, kLd, lane));
+        ldmatrix_x4(ob4, frag_cols16(sdOt + jp * 16 * kLd + kk * 16, kLd, lane));
+        mma(s[2 * jp], ka, qb4[0], qb4[1]);
+        mma(s[2 * jp + 1], ka, qb4[2], qb4[3]);
+        mma(dp[2 * jp], va, ob4[0], ob4[1]);
+        mma(dp[2 * jp + 1], va, ob4[2], ob4[3]);
+      }
+    }
+    // P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta); both as A fragments, dS^T also to shared.
+    // The mask is needed iff the step's first query precedes the warp's last key.
+    const bool diagonal = q0 < key_lo + 15;
+    uint32_t pa[BR / 16][4], dsa[BR / 16][4];
+    backward_p_ds(s, dp, sLse + st * BR, sDelta + st * BR, sl2, diagonal, q0, key_lo, g, t, pa, dsa,
+                  [&](int j, uint32_t lo, uint32_t hi) {
+                    bf16* row = sdSt + (warp * 16 + g) * kLdS + 8 * j + 2 * t;
+                    *reinterpret_cast<uint32_t*>(row) = lo;
+                    *reinterpret_cast<uint32_t*>(row + 8 * kLdS) = hi;
+                  });
+    // dV += P^T dO, dK += dS^T Q (dK unscaled until the end).
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk) {
+      if (!live(kk)) continue;
+#pragma unroll
+      for (int dp16 = 0; dp16 < HS / 16; ++dp16) {
+        uint32_t ob4[4], qb4[4];
+        ldmatrix_x4_trans(ob4, frag_rows16(sdOt + kk * 16 * kLd + dp16 * 16, kLd, lane));
+        ldmatrix_x4_trans(qb4, frag_rows16(sQt + kk * 16 * kLd + dp16 * 16, kLd, lane));
+        mma(dv[2 * dp16], pa[kk], ob4[0], ob4[1]);
+        mma(dv[2 * dp16 + 1], pa[kk], ob4[2], ob4[3]);
+        mma(dk[2 * dp16], dsa[kk], qb4[0], qb4[1]);
+        mma(dk[2 * dp16 + 1], dsa[kk], qb4[2], qb4[3]);
+      }
+    }
+    __syncthreads();  // sdSt is complete
+    // dQ (BR, HS) partial = dS K over this block's keys; this warp's 16 rows x kCols columns.
+    float dqa[kCols / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < KEYS / 16; ++kk) {
+      uint32_t da[4];
+      ldmatrix_x4_trans(da, frag_cols16(sdSt + kk * 16 * kLdS + dq_row, kLdS, lane));
+#pragma unroll
+      for (int dp16 = 0; dp16 < kCols / 16; ++dp16) {
+        uint32_t kb4[4];
+        ldmatrix_x4_trans(kb4, frag_rows16(sK + kk * 16 * kLd + dq_col + dp16 * 16, kLd, lane));
+        mma(dqa[2 * dp16], da, kb4[0], kb4[1]);
+        mma(dqa[2 * dp16 + 1], da, kb4[2], kb4[3]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int qi = q0 + dq_row + g + 8 * r;
+      if (qi >= T) continue;
+      float* dst = dq_accum + (int64_t{b} * T + qi) * C + h * HS + dq_col + 2 * t;
+#pragma unroll
+      for (int d = 0; d < kCols / 8; ++d) {
+#if __CUDA_ARCH__ >= 900
+        atomicAdd(reinterpret_cast<float2*>(dst + 8 * d), make_float2(dqa[d][2 * r], dqa[d][2 * r + 1]));
+#else  // vector atomics arrive with sm_90; Ampere adds the pair one by one
+        atomicAdd(dst + 8 * d, dqa[d][2 * r]);
+        atomicAdd(dst + 8 * d + 1, dqa[d][2 * r + 1]);
+#endif
+      }
+    }
+    if (threadIdx.x < BR) {  // stage st ^ 1 was last read in step qb - 1, before this step's first barrier
+      sLse[(st ^ 1) * BR + threadIdx.x] = next_lse;
+      sDelta[(st ^ 1) * BR + threadIdx.x] = next_delta;
+    }
+  }
+
+  // dK (scaled) and dV added into dqkv.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int ki = key_lo + g + 8 * r;
+    if (ki >= T) continue;
+    bf16* dk_dst = dqkv + (int64_t{b} * T + ki) * ld + C + h * HS + 2 * t;
+    bf16* dv_dst = dk_dst + C;
+#pragma unroll
+    for (int d = 0; d < HS / 8; ++d) {
+      auto* pk = reinterpret_cast<__nv_bfloat162*>(dk_dst + 8 * d);
+      auto* pv = reinterpret_cast<__nv_bfloat162*>(dv_dst + 8 * d);
+      const float2 ok = __bfloat1622float2(*pk), ov = __bfloat1622float2(*pv);
+      *pk = __floats2bfloat162_rn(ok.x + scale * dk[d][2 * r], ok.y + scale * dk[d][2 * r + 1]);
+      *pv = __floats2bfloat162_rn(ov.x + dv[d][2 * r], ov.y + dv[d][2 * r + 1]);
+    }
+  }
+}
+
+// dqkv[:, :, q part] += scale * dq_accum; one thread per 8 channels of (B, T, C) (16-byte accesses). kTiled:
+// dq_accum in the wgmma backward's tiles (kernels/attention_wgmma.cuh): head size 64, tile (b * NH + h, t / 64),
+// and in it row 16 w + g + 8 r, columns 8 j .. 8 j + 7 at ((w * 8 + j) * 2 + r) * 64 + 8 g.
+template <bool kTiled>
+__global__ void attention_dq_kernel(bf16* dqkv, const float* dq_accum, int64_t n_chunks, int C, int T, float scale) {
+  const int row_chunks = C / 8;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n_chunks;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t bt = i / row_chunks;
+    bf16* d = dqkv + bt * 3 * C + (i % row_chunks) * 8;
+    const float* src = dq_accum + 8 * i;
+    if constexpr (kTiled) {
+      const int c8 = static_cast<int>(i % row_chunks), h = c8 / 8, j = c8 % 8, NH = C / 64;
+      const int64_t b = bt / T;
+      const int t = static_cast<int>(bt % T), row = t % 64, w = row / 16, g = row % 8, r = (row / 8) % 2;
+      src = dq_accum + ((b * NH + h) * ceil_div(T, 64) + t / 64) * 4096 + ((w * 8 + j) * 2 + r) * 64 + 8 * g;
+    }
+    const float4 a0 = reinterpret_cast<const float4*>(src)[0];
+    const float4 a1 = reinterpret_cast<const float4*>(src)[1];
+    const float acc[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    auto v = Vec16<bf16>::load(d);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v.v[k] = __float2bfloat16_rn(__bfloat162float(v.v[k]) + scale * acc[k]);
+    v.store(d);
+  }
+}
+
+template <int HS>
+void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv, const bf16* out,
+                     const float* lse, int B, int T, int NH, cudaStream_t stream, const AttentionKernels& k) {
+  constexpr int KEYS = BwdTile<HS>::kKeys, kThreads = 2 * KEYS, bytes = backward_smem_bytes<HS>();
+  static const int slots = [] {  // blocks resident at once on the device
+    CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    int device = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_backward_kernel<HS>, kThreads, bytes));
+    return sms * std::max(per_sm, 1);
+  }();
+  const int64_t BT = int64_t{B} * T, C = int64_t{NH} * HS, n_chunks = BT * C / 8;
+  const float scale = 1.0f / sqrtf(float(HS));
+  const unsigned delta_blocks = checked_grid(ceil_div64(n_chunks, 256), kMaxGridX, "attention_backward",
+                                             "B*T*C / 8 chunks of dout (256 per block)");
+  const bool wgmma = use_wgmma(HS, k);
+  const bool tiled = wgmma && attention_backward_wgmma_tiled_dq(k.wgmma_backward_variant);
+  if (tiled)
+    CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, attention_dq_scratch_floats(B, T, NH, HS) * sizeof(float), stream));
+  attention_delta_kernel<HS><<<delta_blocks, 256, 0, stream>>>(delta, tiled ? nullptr : dq_accum, dout, out, n_chunks,
+                                                               T, NH);
+  CUDA_CHECK_LAUNCH();
+  if (wgmma) {
+    attention_backward_wgmma64(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, k.wgmma_backward_variant,
+                               stream);
+  } else {
+    const int BH = B * NH, n_kb = ceil_div(T, KEYS);
+    attention_backward_kernel<HS><<<BH * n_kb, kThreads, bytes, stream>>>(
+        dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH, backward_group(BH, n_kb, T, HS, slots), scale);
+    CUDA_CHECK_LAUNCH();
+  }
+  const int dq_blocks = static_cast<int>(std::min<int64_t>((n_chunks + 255) / 256, 65536));
+  if (tiled)
+    attention_dq_kernel<true><<<dq_blocks, 256, 0, stream>>>(dqkv, dq_accum, n_chunks, static_cast<int>(C), T, scale);
+  else
+    attention_dq_kernel<false><<<dq_blocks, 256, 0, stream>>>(dqkv, dq_accum, n_chunks, static_cast<int>(C), T, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+int64_t attention_dq_scratch_floats(int B, int T, int NH, int HS, const AttentionKernels& k) {
+  if (use_wgmma(HS, k) && attention_backward_wgmma_tiled_dq(k.wgmma_backward_variant))
+    return int64_t{B} * NH * ceil_div(T, 64) * 64 * 64;  // whole 64-query tiles per head
+  return int64_t{B} * T * NH * HS;
+}
+
+void attention_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv, const bf16* out,
+                        const float* lse, int B, int T, int NH, int HS, cudaStream_t stream,
+                        const AttentionKernels& k) {
+  check_sizes("attention_backward", qkv, B, T, NH, HS);
+  FP8T_CHECK(aligned16(dout) && aligned16(out), "attention_backward: dout and out must be 16-byte aligned");
+  FP8T_CHECK(aligned16(dqkv) && aligned16(dq_accum), "attention_backward: dqkv and dq_accum must be 16-byte aligned");
+  FP8T_CHECK(int64_t{B} * NH * ceil_div(T, 64) <= 0x7fffffff, "attention_backward: grid too large (B={} NH={} T={})", B,
+             NH, T);
+  if (HS == 64)
+    launch_backward<64>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream, k);
+  else
+    launch_backward<128>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream, k);
+}
+
+}  // namespace fp8t::kernels
