@@ -1,7 +1,7 @@
 // Embedding and LayerNorm kernels against the CPU reference (bf16 activations, f32 gradients).
 #include <catch2/catch_test_macros.hpp>
 
-#include "gpu_test_util.h"
+#include "util/gpu_test_util.h"
 #include "ops/cpu/reference.h"
 #include "ops/cuda_ops.h"
 

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "gpu_test_util.h"
+#include "util/gpu_test_util.h"
 #include "ops/cpu/reference.h"
 #include "autograd/tape.h"
 #include "ops/cuda_ops.h"

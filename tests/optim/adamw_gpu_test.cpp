@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "gpu_test_util.h"
+#include "util/gpu_test_util.h"
 #include "kernels/adamw.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/stream.cuh"

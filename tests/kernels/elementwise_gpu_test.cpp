@@ -1,7 +1,7 @@
 // Elementwise kernels (fill, add, scale, cast, residual, GELU) against host loops and the CPU reference.
 #include <catch2/catch_test_macros.hpp>
 
-#include "gpu_test_util.h"
+#include "util/gpu_test_util.h"
 #include "core/tensor_ops.h"
 #include "ops/cpu/reference.h"
 #include "ops/cuda_ops.h"

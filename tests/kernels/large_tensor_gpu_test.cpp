@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "core/launch_limits.h"
-#include "gpu_test_util.h"
+#include "util/gpu_test_util.h"
 #include "kernels/attention.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/fp8_cast.cuh"

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/check.h"
-#include "gpu_test_util.h"
+#include "util/gpu_test_util.h"
 
 using namespace fp8t;
 using namespace fp8t::test;

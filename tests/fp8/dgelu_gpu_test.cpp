@@ -6,8 +6,8 @@
 #include <cstring>
 
 #include "config/config.h"
-#include "fp8_test_util.h"
-#include "gpu_test_util.h"
+#include "util/fp8_test_util.h"
+#include "util/gpu_test_util.h"
 #include "kernels/fp8_cast.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/stream.cuh"

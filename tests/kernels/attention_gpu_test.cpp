@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpu_test_util.h"
+#include "util/gpu_test_util.h"
 #include "kernels/attention.cuh"
 #include "kernels/attention_wgmma.cuh"
 #include "kernels/stream.cuh"

@@ -8,7 +8,7 @@
 #include "core/allocator.h"
 #include "data/shard.h"
 #include "dist/comm.h"
-#include "gpu_test_util.h"
+#include "util/gpu_test_util.h"
 #include "nn/gpt.h"
 #include "ops/ops.h"
 #include "train/trainer.h"

@@ -1,7 +1,7 @@
 // cuBLASLt GEMMs against a CPU GEMM on the same bf16-rounded inputs, forward and all three gradients.
 #include <catch2/catch_test_macros.hpp>
 
-#include "gpu_test_util.h"
+#include "util/gpu_test_util.h"
 #include <array>
 
 #include "autograd/tape.h"

@@ -10,7 +10,7 @@
 
 #include "fp8/quantize.h"
 #include "fp8/saved.h"
-#include "gpu_test_util.h"
+#include "util/gpu_test_util.h"
 #include "kernels/fp8_cast.cuh"
 #include "kernels/fp8_saved.cuh"
 #include "kernels/stream.cuh"
