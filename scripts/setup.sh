@@ -16,12 +16,14 @@ install_packages() {
   # The plot test (python3-matplotlib) and the Slurm test's one-node cluster. Installing these starts no
   # daemon in a container (no init; Docker's policy-rc.d); scripts/slurm/local_cluster.sh runs its own.
   pkgs+=(python3-matplotlib slurmctld slurmd slurm-client munge)
-  # The sanitizer + fuzz build (tests/fuzz/sanitize.sh) needs clang 16 or newer (C++20 lambdas that
-  # capture structured bindings) and its ASan/UBSan/libFuzzer runtimes. Elsewhere it skips.
+  # The sanitizer + fuzz job (tests/fuzz/sanitize.sh, run by .ci/run) needs clang 16 or newer (C++20 lambdas
+  # that capture structured bindings), its ASan/UBSan/libFuzzer runtimes (libclang-rt) and llvm-symbolizer
+  # (llvm) for symbolized stacks. Elsewhere it skips. Both are in Debian 12's main archive.
   local llvm=""
   case "$(. /etc/os-release && echo "${VERSION_CODENAME:-}")" in bookworm) llvm=16 ;; noble) llvm=18 ;; esac
-  # Not libomp-$llvm-dev: it conflicts with libomp-dev (libomp-14-dev) above, and apt would refuse both.
-  if [ -n "$llvm" ]; then pkgs+=("clang-$llvm" "libclang-rt-$llvm-dev"); fi
+  # Not libomp-$llvm-dev: on Debian 12 it conflicts with libomp-dev (libomp-14-dev) above, so apt would remove
+  # one for the other on every run. clang 16 builds against LLVM 14's libomp instead (sanitize.sh sets it up).
+  if [ -n "$llvm" ]; then pkgs+=("clang-$llvm" "libclang-rt-$llvm-dev" "llvm-$llvm"); fi
   local missing=()
   for p in "${pkgs[@]}" libcatch2-dev; do
     # node and npm may come from outside apt (nodesource, nvm): present is enough.

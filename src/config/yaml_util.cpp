@@ -30,6 +30,16 @@ void fail(const Origin& origin, std::string_view key, std::string_view what) {
 
 namespace {
 
+// The style parameter of EventHandler's OnMapStart / OnSequenceStart: EmitterStyle::value in yaml-cpp 0.7,
+// enum class EmitterStyle in later releases; taken from the base class so this compiles with either.
+template <class F>
+struct StyleParam;
+template <class R, class C, class A, class B, class D, class S>
+struct StyleParam<R (C::*)(A, B, D, S)> {
+  using type = S;
+};
+using Style = StyleParam<decltype(&YAML::EventHandler::OnMapStart)>::type;
+
 // The parser's events of one document, reduced to where it starts (its first token) and what its root is;
 // no node is built.
 class DocumentScan final : public YAML::EventHandler {
@@ -49,12 +59,11 @@ class DocumentScan final : public YAML::EventHandler {
   void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
     node(mark, false);
   }
-  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, Style) override {
     node(mark, false);
   }
   void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, Style) override {
     node(mark, false);
   }
   void OnMapEnd() override {}
