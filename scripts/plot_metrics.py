@@ -60,6 +60,18 @@ def save(fig, path):
     print(f"plot_metrics: wrote {path}")
 
 
+def finish_step_axes(plt, fig, axes, path):
+    """Step on every x axis, a grid, a legend where there are lines; then save and close."""
+    for ax in axes.flat:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.get_lines():
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, path)
+    plt.close(fig)
+
+
 def read_records(run_dir):
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -130,14 +142,7 @@ def plot_loss(plt, runs, set_names, path, beta):
             axes[1][col].set_title(f"{title}, vs {ref_label}")
             axes[1][col].set_ylabel("% vs bf16 seed 1337")
             axes[1][col].axhline(0, color="black", linewidth=0.8)
-    for ax in axes.flat:
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        if ax.get_lines():
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    save(fig, path)
-    plt.close(fig)
+    finish_step_axes(plt, fig, axes, path)
 
 
 def plot_throughput(plt, records, path):
@@ -157,14 +162,7 @@ def plot_throughput(plt, records, path):
     if not mfu_ax.get_lines():
         mfu_ax.text(0.5, 0.5, "no MFU in these runs\n(CPU runs log none)", ha="center", va="center",
                     transform=mfu_ax.transAxes, color="gray")
-    for ax in axes.flat:
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        if ax.get_lines():
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    save(fig, path)
-    plt.close(fig)
+    finish_step_axes(plt, fig, axes, path)
 
 
 def plot_memory(plt, records, path):
