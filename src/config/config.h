@@ -105,7 +105,7 @@ struct OptimConfig {
 };
 
 enum class ComputeMode { fp32, bf16, fp8 };
-enum class Fp8Recipe { hybrid, e4m3 };  // hybrid: E4M3 forward, E5M2 gradients
+enum class Fp8Formats { hybrid, e4m3 };  // hybrid: E4M3 forward, E5M2 gradients
 enum class Fp8Scaling { delayed, current };
 enum class AmaxAlgo { max, most_recent };
 // What FP8 blocks keep for backward: fp8 = the FP8 linears' inputs as E4M3 codes; fp8_all = every saved
@@ -116,7 +116,7 @@ enum class AmaxAlgo { max, most_recent };
 enum class ActivationStorage { fp8, bf16, fp8_all };
 
 struct Fp8Config {
-  Fp8Recipe format = Fp8Recipe::hybrid;
+  Fp8Formats format = Fp8Formats::hybrid;
   Fp8Scaling scaling = Fp8Scaling::delayed;
   int amax_history_len = 16;        // >= 1
   AmaxAlgo amax_compute_algo = AmaxAlgo::max;

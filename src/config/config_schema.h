@@ -24,7 +24,7 @@ inline constexpr std::array<std::string_view, 3> kScheduleNames{"cosine", "linea
 inline constexpr std::array<std::string_view, 3> kComputeNames{"fp32", "bf16", "fp8"};
 inline constexpr std::array<std::string_view, 3> kStateDtypeNames{"fp32", "bf16", "fp8"};
 inline constexpr std::array<std::string_view, 3> kGradDtypeNames{"auto", "fp32", "bf16"};
-inline constexpr std::array<std::string_view, 2> kRecipeNames{"hybrid", "e4m3"};
+inline constexpr std::array<std::string_view, 2> kFormatNames{"hybrid", "e4m3"};
 inline constexpr std::array<std::string_view, 2> kScalingNames{"delayed", "current"};
 inline constexpr std::array<std::string_view, 2> kAmaxNames{"max", "most_recent"};
 inline constexpr std::array<std::string_view, 3> kStorageNames{"fp8", "bf16", "fp8_all"};
@@ -38,7 +38,7 @@ inline Choices names_of(Schedule) { return kScheduleNames; }
 inline Choices names_of(ComputeMode) { return kComputeNames; }
 inline Choices names_of(StateDtype) { return kStateDtypeNames; }
 inline Choices names_of(GradDtype) { return kGradDtypeNames; }
-inline Choices names_of(Fp8Recipe) { return kRecipeNames; }
+inline Choices names_of(Fp8Formats) { return kFormatNames; }
 inline Choices names_of(Fp8Scaling) { return kScalingNames; }
 inline Choices names_of(AmaxAlgo) { return kAmaxNames; }
 inline Choices names_of(ActivationStorage) { return kStorageNames; }

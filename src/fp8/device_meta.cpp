@@ -10,11 +10,15 @@ namespace fp8t {
 
 namespace {
 constexpr int64_t kSlotBytes = 3 * static_cast<int64_t>(sizeof(Fp8DeviceSlot));
+// The slots are kept in an f32 tensor (8 floats per slot), so that a scale in them can be viewed as a tensor.
+constexpr int64_t kSlotFloats = kSlotBytes / static_cast<int64_t>(sizeof(float));
+constexpr int64_t kFloatsPerSlot = static_cast<int64_t>(sizeof(Fp8DeviceSlot) / sizeof(float));
+static_assert(offsetof(Fp8DeviceSlot, scale_inv) == 0);
 }
 
 Fp8DeviceSlot* Fp8DeviceState::slots(Device device, const Fp8Metas& metas) {
   if (!buf_.defined()) {
-    buf_ = Tensor::empty({kSlotBytes}, DType::e4m3, device, MemCategory::fp8_cache);  // raw bytes
+    buf_ = Tensor::empty({kSlotFloats}, DType::f32, device, MemCategory::fp8_cache);
     std::array<Fp8DeviceSlot, 3> host{};
     for (size_t r = 0; r < 3; ++r) {
       host[r].scale = metas[r]->scale;
@@ -35,6 +39,12 @@ Fp8DeviceSlot* Fp8DeviceState::slots(Device device, const Fp8Metas& metas) {
   return dev;
 }
 
+Tensor Fp8DeviceState::scales_view(Fp8Role role) const {
+  FP8T_CHECK(buf_.defined(), "Fp8DeviceState::scales_view before the slots exist (call slots() first)");
+  static_assert(offsetof(Fp8DeviceSlot, scale) == sizeof(float));
+  return buf_.slice_flat(kFloatsPerSlot * static_cast<int>(role), {2});
+}
+
 void Fp8DeviceState::collect(const Fp8Metas& metas) {
   if (arena_) {
     arena_->collect();
@@ -47,11 +57,8 @@ void Fp8DeviceState::collect(const Fp8Metas& metas) {
     if (!pending_[r]) continue;
     Fp8TensorMeta& m = *metas[r];
     m.record(host[r].amax, static_cast<int64_t>(host[r].saturated));
-    if (m.scaling == Fp8Scaling::current) {
-      m.scale = host[r].scale;
-      m.scale_inv = host[r].scale_inv;
-      uploaded_scale_[r] = m.scale;
-    }
+    m.recipe->take_device_scale(m, host[r].scale, host[r].scale_inv);
+    if (m.recipe->scale_from_tensor()) uploaded_scale_[r] = m.scale;  // the device computed it
     pending_[r] = false;
   }
   for (auto& s : host) {
@@ -67,12 +74,12 @@ void Fp8DeviceArena::init(Device device, std::vector<std::pair<Fp8DeviceState*, 
   if (states_.empty()) return;
   host_.assign(3 * states_.size(), Fp8DeviceSlot{});
   seen_saturated_.assign(host_.size(), 0);
-  buf_ = Tensor::empty({kSlotBytes * static_cast<int64_t>(states_.size())}, DType::e4m3, device,
+  buf_ = Tensor::empty({kSlotFloats * static_cast<int64_t>(states_.size())}, DType::f32, device,
                        MemCategory::fp8_cache);
   for (size_t i = 0; i < states_.size(); ++i) {
     auto& [st, metas] = states_[i];
     FP8T_CHECK(!st->buf_.defined() && !st->arena_, "Fp8DeviceArena: a state already has device slots");
-    st->buf_ = buf_.slice_flat(kSlotBytes * static_cast<int64_t>(i), {kSlotBytes});
+    st->buf_ = buf_.slice_flat(kSlotFloats * static_cast<int64_t>(i), {kSlotFloats});
     st->arena_ = this;
   }
   upload();
@@ -93,10 +100,7 @@ void Fp8DeviceArena::collect() {
         // The device accumulates until upload(): count only saturations not recorded before.
         m.record(slot.amax, static_cast<int64_t>(slot.saturated - seen_saturated_[3 * i + r]));
         seen_saturated_[3 * i + r] = slot.saturated;
-        if (m.scaling == Fp8Scaling::current) {
-          m.scale = slot.scale;
-          m.scale_inv = slot.scale_inv;
-        }
+        m.recipe->take_device_scale(m, slot.scale, slot.scale_inv);
         st->pending_[r] = false;
       }
     }

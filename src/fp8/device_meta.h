@@ -41,6 +41,9 @@ class Fp8DeviceState {
   // The three device slots (indexed by Fp8Role), allocated in MemCategory::fp8_cache on first use;
   // host scales that changed since they were last uploaded are uploaded first (stream-ordered).
   Fp8DeviceSlot* slots(Device device, const Fp8Metas& metas);
+  // A two-element f32 view (scale_inv, scale) of `role`'s slot (after slots()): element 0 is the scale_inv a
+  // QuantizedTensor cast with this state carries, element 1 the scale a re-cast reads.
+  Tensor scales_view(Fp8Role role) const;
   // A cast that accumulated statistics into `role`'s slot was launched.
   void mark_pending(Fp8Role role) { pending_[static_cast<size_t>(role)] = true; }
   // Moves the device statistics of the roles with casts since the last call into the host metas

@@ -13,10 +13,6 @@ namespace {
 // Runs over large tensors once per micro-batch: spread over OpenMP threads above this size.
 constexpr int64_t kParallelMin = 1 << 15;
 
-void check_host_f32(const Tensor& t, const char* op) {
-  FP8T_CHECK(t.device().is_cpu() && t.dtype() == DType::f32, "{}: expected a host f32 tensor, got {}", op, t.str());
-}
-
 }  // namespace
 
 float fp8_amax(const float* x, int64_t n) {
@@ -52,26 +48,6 @@ Fp8CastStats fp8_quantize(const float* x, int64_t n, float scale, Fp8Format f, u
 void fp8_dequantize(const uint8_t* codes, int64_t n, float scale_inv, Fp8Format f, float* out) {
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = fp8_to_float(codes[i], f) * scale_inv;
-}
-
-Fp8Tensor fp8_quantize(const Tensor& x, float scale, Fp8Format f, MemCategory cat, Fp8CastStats* stats) {
-  check_host_f32(x, "fp8_quantize");
-  Fp8Tensor q{Tensor::empty(x.shape(), fp8_dtype(f), Device::cpu(), cat), 1.0f / scale};
-  const Fp8CastStats s = fp8_quantize(x.data<float>(), x.numel(), scale, f, q.codes.data<uint8_t>());
-  if (stats) *stats = s;
-  return q;
-}
-
-Tensor fp8_decode(const Fp8Tensor& q, MemCategory cat) {
-  Tensor out = Tensor::empty(q.codes.shape(), DType::f32, Device::cpu(), cat);
-  fp8_dequantize(q.codes.data<uint8_t>(), q.codes.numel(), 1.0f, q.format(), out.data<float>());
-  return out;
-}
-
-Tensor fp8_dequantize(const Fp8Tensor& q, MemCategory cat) {
-  Tensor out = Tensor::empty(q.codes.shape(), DType::f32, Device::cpu(), cat);
-  fp8_dequantize(q.codes.data<uint8_t>(), q.codes.numel(), q.scale_inv, q.format(), out.data<float>());
-  return out;
 }
 
 }  // namespace fp8t

@@ -1,11 +1,12 @@
 // Host FP8 quantization, bit-exact with the CUDA cast kernels: code = satfinite_rne(x * scale) in the
 // tensor's format, the product taken in f32. Also the amax of the unscaled input (NaN-propagating,
 // so a NaN anywhere shows up in the amax; the device amax kernel must do the same, fmaxf would
-// drop it) and the number of values that saturated (|x * scale| > fmax).
+// drop it) and the number of values that saturated (|x * scale| > fmax). Tensor-level quantization of every
+// scale layout: fp8/quantized_tensor.h.
 #pragma once
 #include <cstdint>
 
-#include "core/tensor.h"
+#include "core/dtype.h"
 
 namespace fp8t {
 
@@ -20,20 +21,6 @@ float fp8_amax(const float* x, int64_t n);
 Fp8CastStats fp8_quantize(const float* x, int64_t n, float scale, Fp8Format f, uint8_t* codes);
 // out[i] = fp8_to_float(codes[i], f) * scale_inv
 void fp8_dequantize(const uint8_t* codes, int64_t n, float scale_inv, Fp8Format f, float* out);
-
-// An FP8 tensor: codes (dtype e4m3 or e5m2, one byte each) and the scale_inv that dequantizes them.
-struct Fp8Tensor {
-  Tensor codes;
-  float scale_inv = 1.0f;
-  Fp8Format format() const { return fp8_format_of(codes.dtype()); }
-};
-
-// Host f32 tensor -> FP8 codes of the same shape in memory category `cat`.
-Fp8Tensor fp8_quantize(const Tensor& x, float scale, Fp8Format f, MemCategory cat, Fp8CastStats* stats = nullptr);
-// The FP8 values without the scale (what an FP8 GEMM multiplies), as host f32.
-Tensor fp8_decode(const Fp8Tensor& q, MemCategory cat = MemCategory::workspace);
-// dequant(q) = decoded values * scale_inv, as host f32.
-Tensor fp8_dequantize(const Fp8Tensor& q, MemCategory cat = MemCategory::workspace);
 
 inline DType fp8_dtype(Fp8Format f) { return f == Fp8Format::e4m3 ? DType::e4m3 : DType::e5m2; }
 

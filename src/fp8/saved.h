@@ -9,27 +9,23 @@
 // codes, the row's scale_inv and (fp8_save_inplace) the round trip over x itself (kernels/fp8_saved.cuh);
 // the host path computes the same bits on f32 tensors.
 #pragma once
-#include "core/tensor.h"
+#include "fp8/quantized_tensor.h"
 
 namespace fp8t {
 
-struct Fp8Saved {
-  Tensor codes;          // e4m3, x's shape, MemCategory::activations
-  Tensor row_scale_inv;  // f32 (rows) on x's device: dequant(codes[r, c]) = decode(codes[r, c]) * row_scale_inv[r]
-  int64_t cols = 0;      // the row length (x's last dimension; 1 for a scalar)
-  DType dtype = DType::f32;  // what restore() returns: bf16 on CUDA, f32 on the CPU
-  bool defined() const { return codes.defined(); }
-};
-
+// The saved form is a QuantizedTensor (fp8/quantized_tensor.h) with layout per_row and E4M3 codes of x's
+// shape; restoring it gives bf16 on CUDA, f32 on the CPU (what the ops compute in).
 // Quantizes x (CUDA bf16 or CPU f32) row by row with scale = 448 / amax(row) (1 when the row's amax is
 // zero or not finite, so the codes stay finite: fp8_scale_from_amax(amax, 448, 0, 1)), and returns the
 // saved form; *roundtrip (if given) receives dequant(q(x)) in x's dtype, a new tensor.
-Fp8Saved fp8_save(const Tensor& x, Tensor* roundtrip);
+using Fp8Saved = QuantizedTensor;  // TEMPORARY until the op files are switched
+
+QuantizedTensor fp8_save(const Tensor& x, Tensor* roundtrip);
 // fp8_save that overwrites x's elements with dequant(q(x)) (no new tensor): every handle on x's storage
 // sees the rounded values, so the caller must own x (no view of it, and no saved node that still reads
 // it unrounded).
-Fp8Saved fp8_save_inplace(Tensor& x);
-// dequant(q(x)) in the saved dtype, a new tensor of category `cat`.
-Tensor fp8_restore(const Fp8Saved& s, MemCategory cat = MemCategory::activations);
+QuantizedTensor fp8_save_inplace(Tensor& x);
+// dequant(q(x)), a new tensor of category `cat` (dequantize(s, cat)).
+Tensor fp8_restore(const QuantizedTensor& s, MemCategory cat = MemCategory::activations);
 
 }  // namespace fp8t

@@ -125,25 +125,19 @@ void GPT::on_optimizer_step() {
   if (fp8_arena_) fp8_arena_->upload();  // the new scales and zeroed statistics, one copy
 }
 
-std::vector<float*> GPT::amax_slots() {
-  std::vector<float*> slots;
-  for (const auto& st : fp8_) st->collect_device_stats();  // CUDA: this step's device amaxes to the host
-  for (const auto& st : fp8_)
-    for (Fp8TensorMeta* m : {&st->input, &st->weight, &st->grad_output}) slots.push_back(&m->amax_this_step);
-  return slots;
-}
-
-std::string GPT::fp8_nonfinite_report() const {
-  std::string bad;
+std::string GPT::reduce_fp8_amax(const AmaxAllReduce& all_reduce_max) {
+  std::vector<Fp8TensorMeta*> metas;
+  std::vector<std::string> names;
   for (const auto& st : fp8_) {
     st->collect_device_stats();  // CUDA: this step's device amaxes to the host (once per step)
-    const std::pair<const char*, const Fp8TensorMeta*> metas[] = {
+    const std::pair<const char*, Fp8TensorMeta*> roles[] = {
         {"input", &st->input}, {"weight", &st->weight}, {"grad_output", &st->grad_output}};
-    for (const auto& [what, m] : metas)
-      if (m->recorded_this_step && !std::isfinite(m->amax_this_step))
-        bad += fmt::format("{}{} {} amax is {}", bad.empty() ? "" : ", ", st->name, what, m->amax_this_step);
+    for (const auto& [what, m] : roles) {
+      metas.push_back(m);
+      names.push_back(st->name + " " + what);
+    }
   }
-  return bad;
+  return reduce_step_amax(metas, names, all_reduce_max);
 }
 
 nlohmann::json GPT::fp8_stats(bool with_weight_error) const {
@@ -170,15 +164,12 @@ nlohmann::json GPT::fp8_state() const {
   for (const auto& st : fp8_) {
     const std::pair<const char*, const Fp8TensorMeta*> metas[] = {
         {"input", &st->input}, {"weight", &st->weight}, {"grad_output", &st->grad_output}};
-    for (const auto& [what, m] : metas)  // scale_inv is 1/scale: not stored
-      j[st->name][what] = {{"scale", m->scale}, {"amax_history", m->amax_history}, {"pos", m->pos}};
+    for (const auto& [what, m] : metas) j[st->name][what] = m->recipe->state(*m);
   }
   return j;
 }
 
 void GPT::load_fp8_state(const nlohmann::json& state) {
-  // Every field is checked before use: a damaged file must not index past an amax history (pos) or
-  // read a missing key.
   FP8T_CHECK(state.is_object(), "FP8 state is not a JSON object (damaged checkpoint?)");
   FP8T_CHECK(state.size() == fp8_.size(), "FP8 state has {} layers but this model has {} FP8 linears",
              state.size(), fp8_.size());
@@ -191,36 +182,7 @@ void GPT::load_fp8_state(const nlohmann::json& state) {
     for (const auto& [what, m] : metas) {
       FP8T_CHECK(layer.contains(what) && layer.at(what).is_object(), "FP8 state of {} has no '{}' entry", st->name,
                  what);
-      const nlohmann::json& s = layer.at(what);
-      auto field = [&](const char* key) -> const nlohmann::json& {
-        FP8T_CHECK(s.contains(key), "FP8 state of {} {} has no '{}'", st->name, what, key);
-        return s.at(key);
-      };
-      const nlohmann::json& h = field("amax_history");
-      FP8T_CHECK(h.is_array() && h.size() == m->amax_history.size(),
-                 "FP8 state of {} {} has an amax history of {} entries, the config asks for {}", st->name, what,
-                 h.is_array() ? h.size() : 0, m->amax_history.size());
-      std::vector<float> hist;
-      for (const auto& a : h) {
-        FP8T_CHECK(a.is_number() && std::isfinite(a.get<double>()) && a.get<double>() >= 0 &&
-                       a.get<double>() <= FLT_MAX,
-                   "FP8 state of {} {}: amax history entry {} is not a finite amax >= 0 (in f32 range)", st->name,
-                   what, a.dump());
-        hist.push_back(a.get<float>());
-      }
-      const nlohmann::json& pos = field("pos");
-      FP8T_CHECK(pos.is_number_integer() && pos.get<int64_t>() >= 0 &&
-                     pos.get<int64_t>() < static_cast<int64_t>(hist.size()),
-                 "FP8 state of {} {}: amax history position {} is outside [0, {})", st->name, what, pos.dump(),
-                 hist.size());
-      const nlohmann::json& scale = field("scale");
-      FP8T_CHECK(scale.is_number() && std::isfinite(scale.get<double>()) && scale.get<double>() > 0 &&
-                     scale.get<double>() <= FLT_MAX && std::isfinite(1.0 / scale.get<float>()),
-                 "FP8 state of {} {}: scale {} is not a finite positive number", st->name, what, scale.dump());
-      m->amax_history = std::move(hist);
-      m->pos = pos.get<int>();
-      m->scale = scale.get<float>();
-      m->scale_inv = 1.0f / m->scale;
+      m->recipe->load_state(*m, layer.at(what), st->name + " " + what);
     }
   }
 }

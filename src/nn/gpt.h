@@ -52,11 +52,10 @@ class GPT {
   Fp8LinearState* fp8_state(const std::string& name);  // null if that linear is not FP8
   // After each optimizer step: new FP8 weight versions, amax histories roll, scales update.
   void on_optimizer_step();
-  // This step's amax of every FP8 tensor (input, weight, grad_output per layer), for an all-reduce
-  // (max) over data-parallel ranks before on_optimizer_step().
-  std::vector<float*> amax_slots();
-  // "h.3.mlp.c_fc input amax is inf, ..." for this step's non-finite amaxes; empty when all finite.
-  std::string fp8_nonfinite_report() const;
+  // Before on_optimizer_step(): this step's amax of every FP8 tensor (input, weight, grad_output per layer)
+  // max-reduced over data-parallel ranks by all_reduce_max where given (fp8/recipe.h, reduce_step_amax), and
+  // "h.3.mlp.c_fc input amax is inf, ..." for the non-finite ones; empty when all are finite.
+  std::string reduce_fp8_amax(const AmaxAllReduce& all_reduce_max = nullptr);
   // {layer: {input|weight|grad_output: {amax, scale, saturated}, weight_rel_error?}} (last step).
   nlohmann::json fp8_stats(bool with_weight_error) const;
   // Scales and amax histories of every FP8 tensor, for checkpoints (a resumed run then casts with

@@ -8,7 +8,7 @@
 
 #include "autograd/finite_watch.h"
 #include "core/check.h"
-#include "ops/cpu/reference.h"
+#include "ops/cpu/linear.h"
 #include "ops/grad_sink.h"
 #include "ops/ops.h"
 
@@ -21,18 +21,16 @@ namespace fp8t {
 // ---------------------------------------------------------------- state
 
 Fp8LinearState::Fp8LinearState(std::string n, const Fp8Config& c)
-    : name(std::move(n)), cfg(c), formats(Fp8FormatRecipe::from(c.format)), input(formats.forward, c),
+    : name(std::move(n)), cfg(c), formats(Fp8RoleFormats::from(c.format)), input(formats.forward, c),
       weight(formats.forward, c), grad_output(formats.backward, c) {}
 
-const Fp8Tensor& Fp8LinearState::weight_for_step(const Tensor& w) {
+const QuantizedTensor& Fp8LinearState::weight_for_step(const Tensor& w) {
   if (cache_valid && cached_version == weight_version) return weight_fp8;
   FP8T_CHECK(w.device().is_cpu() && w.dtype() == DType::f32, "fp8_linear ({}): weight must be host f32, got {}",
              name, w.str());
-  const float scale = weight.scaling == Fp8Scaling::current
-                          ? weight.scale_for_cast(fp8_amax(w.data<float>(), w.numel()))
-                          : weight.scale;
+  const float scale = weight.host_cast_scale(w.data<float>(), w.numel());
   Fp8CastStats stats;
-  weight_fp8 = fp8_quantize(w, scale, formats.forward, MemCategory::fp8_cache, &stats);
+  weight_fp8 = quantize(w, ScaleLayout::per_tensor, formats.forward, scale, MemCategory::fp8_cache, &stats);
   // The cached copy serves this whole step (evaluation included), so its amax belongs to the step
   // whatever the grad mode of the forward that happened to cast it.
   weight.record(stats.amax, stats.saturated);
@@ -53,9 +51,7 @@ void Fp8LinearState::on_optimizer_step() {
 double Fp8LinearState::weight_error(const Tensor& w) const {
   const std::vector<float> v = w.to_float_vector();
   Fp8TensorMeta m = weight;  // a copy: scale_for_cast may change it under current scaling
-  const float scale = m.scaling == Fp8Scaling::current
-                          ? m.scale_for_cast(fp8_amax(v.data(), static_cast<int64_t>(v.size())))
-                          : m.scale;
+  const float scale = m.host_cast_scale(v.data(), static_cast<int64_t>(v.size()));
   const float scale_inv = 1.0f / scale;
   double err = 0.0, ref = 0.0;
   for (float a : v) {
@@ -80,9 +76,10 @@ void add_scaled(Tensor& dst, const Tensor& tmp, float s) {
   for (int64_t i = 0; i < n; ++i) d[i] += t[i] * s;
 }
 
-float cast_scale(Fp8TensorMeta& meta, const Tensor& t) {
-  return meta.scaling == Fp8Scaling::current ? meta.scale_for_cast(fp8_amax(t.data<float>(), t.numel()))
-                                             : meta.scale;
+// (M, C) host f32 -> per-tensor codes, the scale from meta's recipe.
+QuantizedTensor quantize_with(Fp8TensorMeta& meta, const Tensor& t, MemCategory cat, Fp8CastStats* stats = nullptr) {
+  return quantize(t, ScaleLayout::per_tensor, meta.format, meta.host_cast_scale(t.data<float>(), t.numel()), cat,
+                  stats);
 }
 
 Tensor& host_f32_grad(const GradRef& gr, const char* what, const std::string& layer) {
@@ -98,12 +95,12 @@ Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st,
   const Tensor x2 = xv.view({M, IC});
 
   // (OC, IC) FP8 weight of this step, and (M, IC) FP8 input.
-  const Fp8Tensor wq = st.weight_for_step(w->value);
+  const QuantizedTensor wq = st.weight_for_step(w->value);
   const bool store_fp8 = st.cfg.activation_storage != ActivationStorage::bf16;
   Fp8CastStats xstats;
-  const float x_scale = cast_scale(st.input, x2);
-  const Fp8Tensor xq = fp8_quantize(x2, x_scale, st.formats.forward,
-                                    store_fp8 ? MemCategory::activations : MemCategory::workspace, &xstats);
+  const float x_scale = st.input.host_cast_scale(x2.data<float>(), x2.numel());  // backward re-casts with it
+  const QuantizedTensor xq = quantize(x2, ScaleLayout::per_tensor, st.formats.forward, x_scale,
+                                      store_fp8 ? MemCategory::activations : MemCategory::workspace, &xstats);
   if (grad_enabled()) st.input.record(xstats.amax, xstats.saturated);
 
   // (M, OC) = (q(x) @ q(w)^T) * (sx_inv * sw_inv) + b
@@ -111,10 +108,10 @@ Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st,
   oshape.back() = OC;
   Tensor out = Tensor::empty(oshape, DType::f32, Device::cpu(), MemCategory::activations);
   {
-    const Tensor xd = fp8_decode(xq), wd = fp8_decode(wq);
+    const Tensor xd = decode(xq), wd = decode(wq);
     cpu::matmul_forward<float>(out.data<float>(), xd.data<float>(), wd.data<float>(), nullptr, M, IC, OC);
   }
-  const float s = xq.scale_inv * wq.scale_inv;
+  const float s = xq.tensor_scale_inv() * wq.tensor_scale_inv();
   float* o = out.data<float>();
   const float* bias = b ? b->value.data<float>() : nullptr;
 #pragma omp parallel for schedule(static) if (M * OC > (1 << 16))
@@ -132,38 +129,36 @@ Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st,
   const bool x_needs_grad = x->requires_grad;
   const GradRef x_grad = grad_ref(x);  // the gradient only: x's value is not kept
   Var x_kept = store_fp8 ? Var() : x;
-  Fp8Tensor x_saved = store_fp8 ? xq : Fp8Tensor{Tensor(), xq.scale_inv};
-  current_tape()->record("fp8_linear", [&st, x_grad, x_kept, x_saved, x_scale, x_needs_grad, w, b, yg = grad_ref(y), wq, M, IC,
-                                        OC] {
+  const QuantizedTensor x_saved = store_fp8 ? xq : QuantizedTensor{};
+  current_tape()->record("fp8_linear", [&st, x_grad, x_kept, x_saved, x_scale, x_needs_grad, w, b, yg = grad_ref(y),
+                                        wq, M, IC, OC] {
     const Tensor dy = host_f32_grad(yg, "the output", st.name).view({M, OC});
     Fp8CastStats dstats;
-    const Fp8Tensor dyq = fp8_quantize(dy, cast_scale(st.grad_output, dy), st.formats.backward,
-                                       MemCategory::workspace, &dstats);
+    const QuantizedTensor dyq = quantize_with(st.grad_output, dy, MemCategory::workspace, &dstats);
     st.grad_output.record(dstats.amax, dstats.saturated);
-    const Tensor dyd = fp8_decode(dyq);  // (M, OC)
+    const Tensor dyd = decode(dyq);  // (M, OC)
     if (x_needs_grad) {
       {
         // dx (M, IC) += (q(dy) @ q(w)) * (sdy_inv * sw_inv)
-        const Tensor wd = fp8_decode(wq);
+        const Tensor wd = decode(wq);
         Tensor tmp = Tensor::zeros({M, IC}, DType::f32, Device::cpu(), MemCategory::workspace);
         cpu::matmul_backward<float>(tmp.data<float>(), nullptr, nullptr, dyd.data<float>(), nullptr,
                                     wd.data<float>(), M, IC, OC);
-        add_scaled(host_f32_grad(x_grad, "the input", st.name), tmp, dyq.scale_inv * wq.scale_inv);
+        add_scaled(host_f32_grad(x_grad, "the input", st.name), tmp, dyq.tensor_scale_inv() * wq.tensor_scale_inv());
       }
     }
     if (w->requires_grad) {
       // dw (OC, IC) += (q(dy)^T @ q(x)) * (sdy_inv * sx_inv); bf16 storage re-quantizes x with the
       // forward's scale, which reproduces the forward's codes.
-      const Fp8Tensor xq2 = x_saved.codes.defined()
-                                ? x_saved
-                                : fp8_quantize(value_of(x_kept).view({M, IC}), x_scale, st.formats.forward,
-                                               MemCategory::workspace);
-      const Tensor xd = fp8_decode(xq2);
+      const QuantizedTensor xq2 = x_saved.defined() ? x_saved
+                                                     : quantize(value_of(x_kept).view({M, IC}), ScaleLayout::per_tensor,
+                                                                st.formats.forward, x_scale, MemCategory::workspace);
+      const Tensor xd = decode(xq2);
       Tensor tmp = Tensor::zeros({OC, IC}, DType::f32, Device::cpu(), MemCategory::workspace);
       cpu::matmul_backward<float>(nullptr, tmp.data<float>(), nullptr, dyd.data<float>(), xd.data<float>(),
                                   nullptr, M, IC, OC);
       ops_detail::GradSink dw(w, DType::f32);  // a bf16 gradient is added to once, rounded (grad_sink.h)
-      add_scaled(dw.tensor(), tmp, dyq.scale_inv * xq2.scale_inv);
+      add_scaled(dw.tensor(), tmp, dyq.tensor_scale_inv() * xq2.tensor_scale_inv());
       dw.commit();
     }
     if (b && b->requires_grad) {
@@ -176,7 +171,7 @@ Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st,
   // x from its codes for x's other readers (fp8_linear.h); after the node took what it needs of x.
   if (serve_input && store_fp8)
     release_for_recompute(x, [xq, shape = x->value.shape()] {
-      return fp8_dequantize(xq, MemCategory::workspace).view(shape);
+      return dequantize(xq, MemCategory::workspace).view(shape);
     });
   watch_op("fp8_linear", y, {&x, &w, &b});
   return y;

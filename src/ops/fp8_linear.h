@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "fp8/device_meta.h"
 #include "fp8/quantize.h"
+#include "fp8/quantized_tensor.h"
 #include "fp8/scaling.h"
 
 namespace fp8t {
@@ -21,13 +22,14 @@ namespace fp8t {
 struct Fp8LinearState {
   std::string name;   // e.g. "h.3.mlp.c_fc": metrics and NaN/Inf reports
   Fp8Config cfg;
-  Fp8FormatRecipe formats;
+  Fp8RoleFormats formats;
   Fp8TensorMeta input, weight, grad_output;
 
   // Bumped after every optimizer step; the cached FP8 weight is valid for one version.
   uint64_t weight_version = 0;
-  Fp8Tensor weight_fp8;            // (OC, IC) codes in MemCategory::fp8_cache
-  Tensor weight_fp8_t;             // CUDA: (IC, OC) codes of the same cast, for dgrad (K-major)
+  // (OC, IC) per-tensor codes in MemCategory::fp8_cache; on CUDA also codes_t (IC, OC) of the same cast, for
+  // dgrad (K-major), and scale_inv a view of the weight's device slot.
+  QuantizedTensor weight_fp8;
   uint64_t cached_version = 0;
   bool cache_valid = false;
   int64_t weight_casts = 0;        // how many times the weight was cast (tests, metrics)
@@ -39,7 +41,7 @@ struct Fp8LinearState {
   Fp8Metas metas() { return {&input, &weight, &grad_output}; }
 
   // The FP8 copy of w for the current weight_version, cast (and its amax recorded) on first use.
-  const Fp8Tensor& weight_for_step(const Tensor& w);
+  const QuantizedTensor& weight_for_step(const Tensor& w);
   // CUDA: moves this step's device amax/saturation into the host metas (one device-to-host copy;
   // see fp8/device_meta.h). Idempotent within a step; a no-op on the CPU path.
   void collect_device_stats() { device.collect(metas()); }

@@ -277,17 +277,14 @@ class Trainer {
   // every rank computes the same scales; returns the non-finite ones ("" when all are finite).
   std::string reduce_fp8_amax() {
     if (!model_->fp8_enabled()) return "";
-    if (cfg_.precision.fp8.reduce_amax && comm_.size() > 1) {
-      std::vector<float*> slots = model_->amax_slots();
-      std::vector<float> v(slots.size());
-      // NaN goes over the wire as +inf: a max reduction may drop NaN but never inf.
-      for (size_t i = 0; i < slots.size(); ++i) v[i] = std::isnan(*slots[i]) ? INFINITY : *slots[i];
-      Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}).to(device_, MemCategory::comm);
-      comm_.all_reduce(t, ReduceOp::max);
-      v = t.to_float_vector();
-      for (size_t i = 0; i < slots.size(); ++i) *slots[i] = v[i];
-    }
-    return model_->fp8_nonfinite_report();
+    AmaxAllReduce all_reduce_max;
+    if (cfg_.precision.fp8.reduce_amax && comm_.size() > 1)
+      all_reduce_max = [this](std::vector<float>& v) {
+        Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())}).to(device_, MemCategory::comm);
+        comm_.all_reduce(t, ReduceOp::max);
+        v = t.to_float_vector();
+      };
+    return model_->reduce_fp8_amax(all_reduce_max);
   }
 
   // The mean loss of each data.val set over its first eval_steps micro-batches, in config order; empty when

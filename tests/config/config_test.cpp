@@ -110,7 +110,7 @@ TEST_CASE("config: a full config is read and round-trips through to_yaml", "[con
   CHECK(c.optim.lr == 3.3e-4);
   CHECK(c.optim.schedule == fp8t::Schedule::linear);
   CHECK(c.optim.beta2 == 0.999);
-  CHECK(c.precision.fp8.format == fp8t::Fp8Recipe::e4m3);
+  CHECK(c.precision.fp8.format == fp8t::Fp8Formats::e4m3);
   CHECK(c.precision.fp8.amax_compute_algo == fp8t::AmaxAlgo::most_recent);
   CHECK(c.precision.fp8.layers == std::vector<std::string>{"fc", "lm_head"});
   CHECK(c.precision.fp8.activation_storage == fp8t::ActivationStorage::bf16);

@@ -72,9 +72,9 @@ struct SavedRows {
 // The host path (fp8/saved.h on an f32 tensor), its round trip rounded to bf16 as the device stores it.
 SavedRows host_save(const std::vector<float>& v, int64_t rows, int64_t cols) {
   Tensor rt;
-  const Fp8Saved h = fp8_save(Tensor::from_vector(v, {rows, cols}), &rt);
+  const QuantizedTensor h = fp8_save(Tensor::from_vector(v, {rows, cols}), &rt);
   SavedRows out{std::vector<uint8_t>(h.codes.data<uint8_t>(), h.codes.data<uint8_t>() + rows * cols),
-                h.row_scale_inv.to_float_vector(), rt.to_float_vector()};
+                h.scale_inv.to_float_vector(), rt.to_float_vector()};
   for (float& x : out.rt) x = bf16_to_float(float_to_bf16(x));
   return out;
 }
@@ -225,14 +225,15 @@ TEST_CASE("fp8_save, fp8_save_inplace and fp8_restore on the GPU match the host 
   const SavedRows h = host_save(v, B * T, C3);
   Tensor tx = upload(v, {B, T, C3}, DType::bf16), ty = upload(v, {B, T, C3}, DType::bf16);
   Tensor rt;
-  const Fp8Saved a = fp8_save(tx, &rt);
-  const Fp8Saved b = fp8_save_inplace(ty);
-  for (const Fp8Saved* s : {&a, &b}) {
-    CHECK(s->cols == C3);
-    CHECK(s->dtype == DType::bf16);
-    CHECK(s->row_scale_inv.shape() == Shape{B * T});
+  const QuantizedTensor a = fp8_save(tx, &rt);
+  const QuantizedTensor b = fp8_save_inplace(ty);
+  for (const QuantizedTensor* s : {&a, &b}) {
+    CHECK(s->cols() == C3);
+    CHECK(s->layout == ScaleLayout::per_row);
+    CHECK(fp8_restore(*s).dtype() == DType::bf16);
+    CHECK(s->scale_inv.shape() == Shape{B * T});
     CHECK(mismatches(download_bytes(s->codes.raw(), B * T * C3), h.codes) == 0);
-    CHECK(mismatches(download(s->row_scale_inv), h.scale_inv) == 0);
+    CHECK(mismatches(download(s->scale_inv), h.scale_inv) == 0);
     CHECK(mismatches(download(fp8_restore(*s)), h.rt) == 0);
   }
   CHECK(mismatches(download(rt), h.rt) == 0);

@@ -61,15 +61,15 @@ TEST_CASE("fp8_save: one scale per row, worked by hand", "[fp8][saved]") {
                                         nan, 0.5f, 3.0f, 1792.0f, 0.0f, -0.875f, 1e-40f, 0.0f, 0.0f},
                                        {2, 3, 3});
   Tensor rt;
-  const Fp8Saved s = fp8_save(x, &rt);
+  const QuantizedTensor s = fp8_save(x, &rt);
   REQUIRE(s.codes.dtype() == DType::e4m3);
   REQUIRE(s.codes.shape() == x.shape());
-  REQUIRE(s.cols == 3);
-  REQUIRE(s.row_scale_inv.shape() == Shape{6});
+  REQUIRE(s.cols() == 3);
+  REQUIRE(s.scale_inv.shape() == Shape{6});
   const std::vector<float> scale_inv{1.0f / 64, 1.0f, 1.0f, 1.0f, 4.0f, 1.0f};
   const std::vector<uint8_t> codes{0x7E, 0xF6, 0x58, 0x00, 0x00, 0x00, 0x7E, 0x38, 0xC0,
                                    0x7F, 0x30, 0x44, 0x7E, 0x00, 0xA6, 0x00, 0x00, 0x00};
-  for (int r = 0; r < 6; ++r) CHECK(s.row_scale_inv.data<float>()[r] == scale_inv[size_t(r)]);
+  for (int r = 0; r < 6; ++r) CHECK(s.scale_inv.data<float>()[r] == scale_inv[size_t(r)]);
   for (size_t i = 0; i < codes.size(); ++i) {
     CAPTURE(i);
     CHECK(s.codes.data<uint8_t>()[i] == codes[i]);
@@ -91,12 +91,12 @@ TEST_CASE("fp8_save: per-row scales and codes follow the host codec, round trip 
   for (int64_t r = 0; r < R; ++r)  // magnitudes 1e-4 .. 1e4, one per row
     for (int64_t c = 0; c < C; ++c) x.data<float>()[r * C + c] *= std::pow(10.0f, float(r - 4));
   Tensor rt;
-  const Fp8Saved s = fp8_save(x, &rt);
+  const QuantizedTensor s = fp8_save(x, &rt);
   for (int64_t r = 0; r < R; ++r) {
     CAPTURE(r);
     const float* x_r = x.data<float>() + r * C;
     const float scale = 448.0f / fp8_amax(x_r, C);
-    REQUIRE(s.row_scale_inv.data<float>()[r] == 1.0f / scale);
+    REQUIRE(s.scale_inv.data<float>()[r] == 1.0f / scale);
     std::vector<uint8_t> ref(static_cast<size_t>(C));
     fp8_quantize(x_r, C, scale, Fp8Format::e4m3, ref.data());
     std::vector<float> deq(ref.size());
@@ -118,12 +118,12 @@ TEST_CASE("fp8_save_inplace equals fp8_save with a round trip", "[fp8][saved]") 
     const Tensor x = randn(rng, shape, 2.0f);
     x.data<float>()[1] = std::numeric_limits<float>::quiet_NaN();
     Tensor rt;
-    const Fp8Saved a = fp8_save(x, &rt);
+    const QuantizedTensor a = fp8_save(x, &rt);
     Tensor y = Tensor::empty(shape, DType::f32);
     y.copy_from(x);
-    const Fp8Saved b = fp8_save_inplace(y);
-    CHECK(b.cols == a.cols);
-    CHECK(values(b.row_scale_inv) == values(a.row_scale_inv));
+    const QuantizedTensor b = fp8_save_inplace(y);
+    CHECK(b.cols() == a.cols());
+    CHECK(values(b.scale_inv) == values(a.scale_inv));
     CHECK(std::memcmp(a.codes.raw(), b.codes.raw(), a.codes.nbytes()) == 0);
     CHECK(std::memcmp(y.raw(), rt.raw(), rt.nbytes()) == 0);  // the same bits, NaN included
     CHECK(std::isnan(y.data<float>()[1]));

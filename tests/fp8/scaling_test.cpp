@@ -29,10 +29,10 @@ float step(Fp8TensorMeta& m, float a) {
 }  // namespace
 
 TEST_CASE("fp8: formats per role follow the recipe", "[fp8]") {
-  CHECK(Fp8FormatRecipe::from(Fp8Recipe::hybrid).forward == Fp8Format::e4m3);
-  CHECK(Fp8FormatRecipe::from(Fp8Recipe::hybrid).backward == Fp8Format::e5m2);
-  CHECK(Fp8FormatRecipe::from(Fp8Recipe::e4m3).forward == Fp8Format::e4m3);
-  CHECK(Fp8FormatRecipe::from(Fp8Recipe::e4m3).backward == Fp8Format::e4m3);
+  CHECK(Fp8RoleFormats::from(Fp8Formats::hybrid).forward == Fp8Format::e4m3);
+  CHECK(Fp8RoleFormats::from(Fp8Formats::hybrid).backward == Fp8Format::e5m2);
+  CHECK(Fp8RoleFormats::from(Fp8Formats::e4m3).forward == Fp8Format::e4m3);
+  CHECK(Fp8RoleFormats::from(Fp8Formats::e4m3).backward == Fp8Format::e4m3);
 }
 
 TEST_CASE("fp8: delayed scaling with a length-3 history and amax_compute_algo max", "[fp8]") {
@@ -201,16 +201,16 @@ TEST_CASE("fp8: quantize counts saturated values and returns the unscaled amax",
 TEST_CASE("fp8: tensor quantize stores one byte codes and dequantizes with scale_inv", "[fp8]") {
   Tensor x = Tensor::from_vector({0.5f, -1.5f, 3.0f, 0.0078125f, 7.0f, -7.0f}, {2, 3});
   Fp8CastStats s;
-  const Fp8Tensor q = fp8_quantize(x, 64.0f, Fp8Format::e4m3, MemCategory::activations, &s);
+  const QuantizedTensor q = quantize(x, ScaleLayout::per_tensor, Fp8Format::e4m3, 64.0f, MemCategory::activations, &s);
   CHECK(q.codes.dtype() == DType::e4m3);
   CHECK(q.codes.nbytes() == 6);
   CHECK(q.codes.shape() == Shape{2, 3});
-  CHECK(q.scale_inv == 1.0f / 64.0f);
+  CHECK(q.tensor_scale_inv() == 1.0f / 64.0f);
   CHECK(s.amax == 7.0f);
   CHECK(s.saturated == 0);
   // Every value here times 64 is exact in E4M3, so the round trip is exact.
-  CHECK(fp8_dequantize(q).to_float_vector() == x.to_float_vector());
-  CHECK(fp8_decode(q).to_float_vector() == std::vector<float>{32.0f, -96.0f, 192.0f, 0.5f, 448.0f, -448.0f});
+  CHECK(dequantize(q).to_float_vector() == x.to_float_vector());
+  CHECK(decode(q).to_float_vector() == std::vector<float>{32.0f, -96.0f, 192.0f, 0.5f, 448.0f, -448.0f});
 
   // Large tensors run threaded: same counts as the serial reference.
   std::vector<float> big(100000);

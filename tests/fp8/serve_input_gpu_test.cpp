@@ -155,7 +155,7 @@ TEST_CASE("fp8 cast: the saved_gelu prologue equals fp8_restore then the gelu ca
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{130, 200}, {64, 203}, {256, 64}}) {
     INFO("rows " << rows << " cols " << cols);
     const Tensor pre = upload(round_bf16(randn(static_cast<size_t>(rows * cols), 3.0f)), {rows, cols}, DType::bf16);
-    const Fp8Saved saved = fp8_save(pre, nullptr);
+    const QuantizedTensor saved = fp8_save(pre, nullptr);
     const Tensor restored = fp8_restore(saved, MemCategory::workspace);
     const Tensor scale = upload({7.5f}, {1}, DType::f32);
     auto cast = [&](bool from_codes, std::vector<float>* amax) {
@@ -164,7 +164,7 @@ TEST_CASE("fp8 cast: the saved_gelu prologue equals fp8_restore then the gelu ca
       kernels::Fp8CastOperands ops;
       if (from_codes) {
         ops.pre_codes = saved.codes.data<uint8_t>();
-        ops.row_scale_inv = saved.row_scale_inv.data<float>();
+        ops.row_scale_inv = saved.scale_inv.data<float>();
       }
       kernels::fp8_cast(from_codes ? nullptr : restored.raw(), DType::bf16, rows, cols, out.data<uint8_t>(),
                         out_t.data<uint8_t>(), Fp8Format::e4m3, scale.data<float>(), {a.data<float>(), nullptr},
@@ -189,7 +189,7 @@ TEST_CASE("fp8 cast: the saved_dgelu prologue equals the dgelu prologue over the
     INFO("rows " << rows << " cols " << cols);
     const Tensor pre = upload(round_bf16(randn(static_cast<size_t>(rows * cols), 3.0f)), {rows, cols}, DType::bf16);
     const Tensor dy = upload(round_bf16(randn(static_cast<size_t>(rows * cols), 1e-2f)), {rows, cols}, DType::bf16);
-    const Fp8Saved saved = fp8_save(pre, nullptr);
+    const QuantizedTensor saved = fp8_save(pre, nullptr);
     const Tensor restored = fp8_restore(saved, MemCategory::workspace);
     const Tensor scale = upload({900.0f}, {1}, DType::f32);
     auto cast = [&](bool from_codes, std::vector<float>* amax, std::vector<float>* colsum) {
@@ -198,7 +198,7 @@ TEST_CASE("fp8 cast: the saved_dgelu prologue equals the dgelu prologue over the
       kernels::Fp8CastOperands ops;
       if (from_codes) {
         ops.pre_codes = saved.codes.data<uint8_t>();
-        ops.row_scale_inv = saved.row_scale_inv.data<float>();
+        ops.row_scale_inv = saved.scale_inv.data<float>();
       } else {
         ops.pre = restored.data<__nv_bfloat16>();
       }

@@ -53,8 +53,9 @@ TEST_CASE("fp8: serve_input drops the input and serves its dequantized codes; th
       CHECK(x->value.defined() == !serve);
       r.served = value_of(x).to_float_vector();
       // What the linear quantized x to: codes at the step's scale, decoded.
-      const Fp8Tensor q = fp8_quantize(xs.view({B * T, IC}), st.input.scale, Fp8Format::e4m3, MemCategory::workspace);
-      const std::vector<float> ref = fp8_dequantize(q).to_float_vector();
+      const QuantizedTensor q =
+          quantize(xs.view({B * T, IC}), ScaleLayout::per_tensor, Fp8Format::e4m3, st.input.scale, MemCategory::workspace);
+      const std::vector<float> ref = dequantize(q).to_float_vector();
       if (serve) {
         CHECK(r.served == ref);
       } else {
