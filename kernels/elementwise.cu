@@ -1,4 +1,5 @@
-// Elementwise kernels over flat buffers (grid-stride; 16-byte vectors for the bf16 residual add).
+// Elementwise kernels over flat buffers (grid-stride): fill, in-place add and scale, cast. The add op's
+// out = a + b is kernels/add.cu.
 #include "kernels/cuda_common.cuh"
 #include "kernels/elementwise.cuh"
 
@@ -45,22 +46,6 @@ template <typename D, typename S>
 __global__ void cast_kernel(D* dst, const S* src, size_t n) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x)
     dst[i] = from_f<D>(to_f(src[i]));
-}
-
-// out[i] = a[i] + b[i]; each thread handles 8 elements per 16-byte vector; the tail is scalar.
-__global__ void residual_kernel(bf16* out, const bf16* a, const bf16* b, size_t n) {
-  using V = Vec16<bf16>;
-  const size_t nvec = n / V::size;
-  const size_t stride = size_t{gridDim.x} * blockDim.x;
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < nvec; i += stride) {
-    const V va = V::load(a + i * V::size), vb = V::load(b + i * V::size);
-    V vo;
-#pragma unroll
-    for (int k = 0; k < V::size; ++k) vo.v[k] = __float2bfloat16_rn(__bfloat162float(va.v[k]) + __bfloat162float(vb.v[k]));
-    vo.store(out + i * V::size);
-  }
-  for (size_t i = nvec * V::size + blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += stride)
-    out[i] = __float2bfloat16_rn(__bfloat162float(a[i]) + __bfloat162float(b[i]));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -127,13 +112,6 @@ void cast(void* dst, DType dst_dtype, const void* src, DType src_dtype, size_t n
   if (df && !sf) launch_cast<float, bf16>(dst, src, n, stream);
   if (!df && sf) launch_cast<bf16, float>(dst, src, n, stream);
   if (!df && !sf) launch_cast<bf16, bf16>(dst, src, n, stream);
-}
-
-void residual_forward(bf16* out, const bf16* a, const bf16* b, size_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  FP8T_CHECK(aligned16(out) && aligned16(a) && aligned16(b), "residual_forward: pointers must be 16-byte aligned");
-  residual_kernel<<<grid_for(n / 8 + 1), kThreads, 0, stream>>>(out, a, b, n);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace fp8t::kernels

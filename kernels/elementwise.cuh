@@ -1,4 +1,4 @@
-// Elementwise launchers: fill, in-place add and scale, f32<->bf16 cast, residual add.
+// Elementwise launchers for core/tensor_ops.h: fill, in-place add and scale, f32<->bf16 cast.
 // `dtype` arguments are f32 or bf16; n counts elements.
 #pragma once
 #include <cuda_bf16.h>
@@ -14,8 +14,5 @@ void fill(void* x, DType dtype, size_t n, float value, cudaStream_t stream);
 void add_inplace(void* dst, DType dst_dtype, const void* src, DType src_dtype, size_t n, cudaStream_t stream);
 void scale_inplace(void* x, DType dtype, size_t n, float s, cudaStream_t stream);
 void cast(void* dst, DType dst_dtype, const void* src, DType src_dtype, size_t n, cudaStream_t stream);
-// out = a + b, all bf16 (out may alias a or b)
-void residual_forward(__nv_bfloat16* out, const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n,
-                      cudaStream_t stream);
 
 }  // namespace fp8t::kernels

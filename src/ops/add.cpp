@@ -1,4 +1,6 @@
-// The residual add op.
+// The add op (the residual connections): a + b, and the gradient handed to both.
+#include "ops/add_cuda.h"
+#include "ops/cpu/add.h"
 #include "ops/op_common.h"
 
 namespace fp8t {
@@ -10,18 +12,9 @@ Var add(const Var& a, const Var& b) {
   check_same_dtype("add", a->value, b->value);
   check_same_device("add", a->value, b->value);
   Tensor out = Tensor::empty(a->value.shape(), a->value.dtype(), a->value.device(), MemCategory::activations);
-  if (out.device().is_cuda()) {
-    FP8T_ON_CUDA("add", cuda_ops::residual_forward(out, a->value, b->value));
-  } else {
-    on_cpu(out.dtype(), "add", [&]<typename F>() {
-      F* o = out.data<F>();
-      const F* pa = cptr<F>(a->value);
-      const F* pb = cptr<F>(b->value);
-      const int64_t n = out.numel();
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-      for (int64_t i = 0; i < n; ++i) o[i] = pa[i] + pb[i];
-    });
-  }
+  dispatch(
+      "add", out, [&] { cuda_ops::add_forward(out, a->value, b->value); },
+      [&]<typename F>() { cpu::add_forward<F>(out.data<F>(), cptr<F>(a->value), cptr<F>(b->value), out.numel()); });
   Var y = make_output(std::move(out));
   if (needs_grad(a, b)) {
     y->requires_grad = true;

@@ -1,4 +1,6 @@
 // The causal self-attention op over packed qkv, its input optionally stored as FP8.
+#include "ops/attention_cuda.h"
+#include "ops/cpu/attention.h"
 #include "ops/op_common.h"
 
 namespace fp8t {
@@ -9,24 +11,20 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
   FP8T_CHECK(qkv->value.ndim() == 3 && qkv->value.dim(2) % 3 == 0, "attention: qkv must be (B, T, 3C), got {}",
              qkv->value.str());
   const bool save_fp8 = store_fp8 && needs_grad(qkv);
-  Fp8Saved saved;
+  QuantizedTensor saved;
   // With FP8 storage the forward runs on dequant(q(qkv)), which replaces qkv's value in place (ops.h),
   // so the backward's recomputed softmax matches the forward's logsumexp exactly.
   if (save_fp8) saved = fp8_save_inplace(qkv->value);
   const Tensor& xv = qkv->value;
   const int B = static_cast<int>(xv.dim(0)), T = static_cast<int>(xv.dim(1)), C = static_cast<int>(xv.dim(2) / 3);
   FP8T_CHECK(n_head > 0 && C % n_head == 0, "attention: C = {} is not divisible by n_head = {}", C, n_head);
-  const bool on_gpu = xv.device().is_cuda();
   Tensor out = Tensor::empty({B, T, C}, xv.dtype(), xv.device(), MemCategory::activations);
   // (B, NH, T) log-sum-exp of each score row: all that backward needs besides qkv and out.
-  Tensor lse = Tensor::empty({B, n_head, T}, on_gpu ? DType::f32 : xv.dtype(), xv.device(), MemCategory::activations);
-  if (on_gpu) {
-    FP8T_ON_CUDA("attention", cuda_ops::attention_forward(out, lse, xv, n_head));
-  } else {
-    on_cpu(xv.dtype(), "attention", [&]<typename F>() {
-      cpu::attention_forward<F>(out.data<F>(), lse.data<F>(), cptr<F>(xv), B, T, C, n_head);
-    });
-  }
+  const DType lse_dtype = xv.device().is_cuda() ? DType::f32 : xv.dtype();
+  Tensor lse = Tensor::empty({B, n_head, T}, lse_dtype, xv.device(), MemCategory::activations);
+  dispatch(
+      "attention", xv, [&] { cuda_ops::attention_forward(out, lse, xv, n_head); },
+      [&]<typename F>() { cpu::attention_forward<F>(out.data<F>(), lse.data<F>(), cptr<F>(xv), B, T, C, n_head); });
   Var y = make_output(std::move(out));
   if (needs_grad(qkv)) {
     y->requires_grad = true;
@@ -38,15 +36,12 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
       // The output, or where the projection serves it from its FP8 codes (fp8_linear's serve_input) their
       // dequantized values: delta = rowsum(dO * O) then reads the O that the projection read.
       const Tensor& ov = value_of(y);
-      if (dout.device().is_cuda()) {
-        FP8T_ON_CUDA("attention backward",
-                     cuda_ops::attention_backward(grad_of(qg), dout, qv, ov, lse, n_head));
-        return;
-      }
-      on_cpu(dout.dtype(), "attention backward", [&]<typename F>() {
-        cpu::attention_backward<F>(grad_of(qg).data<F>(), cptr<F>(dout), cptr<F>(qv), cptr<F>(ov),
-                                   cptr<F>(lse), B, T, C, n_head);
-      });
+      dispatch(
+          "attention backward", dout, [&] { cuda_ops::attention_backward(grad_of(qg), dout, qv, ov, lse, n_head); },
+          [&]<typename F>() {
+            cpu::attention_backward<F>(grad_of(qg).data<F>(), cptr<F>(dout), cptr<F>(qv), cptr<F>(ov),
+                                       cptr<F>(lse), B, T, C, n_head);
+          });
     });
   }
   watch_op("attention", y, {&qkv});

@@ -1,4 +1,8 @@
 // The loss ops: cross-entropy over logits, and the chunked lm_head + cross-entropy.
+#include "ops/cpu/cross_entropy.h"
+#include "ops/cpu/linear.h"
+#include "ops/cross_entropy_cuda.h"
+#include "ops/linear_cuda.h"
 #include "ops/op_common.h"
 
 namespace fp8t {
@@ -16,50 +20,47 @@ Var cross_entropy(const Var& logits, const Tensor& targets, int64_t vocab_size) 
   check_same_device("cross_entropy", lv, targets);
   Tensor loss;  // (1) mean over the B*T tokens
   Tensor lse;   // (B*T) per-token logsumexp, kept for the CUDA backward
-  if (lv.device().is_cuda()) {
-    FP8T_ON_CUDA("cross_entropy", {
-      Tensor losses = Tensor::empty({BT}, DType::f32, lv.device(), MemCategory::activations);
-      lse = Tensor::empty({BT}, DType::f32, lv.device(), MemCategory::activations);
-      loss = Tensor::empty({1}, DType::f32, lv.device(), MemCategory::activations);
-      cuda_ops::crossentropy_forward(losses, lse, &loss, lv, targets, V);  // the mean stays on the device
-    });
-  } else {
-    const int32_t* tgt = targets.data<int32_t>();
-    for (int64_t i = 0; i < BT; ++i)
-      FP8T_CHECK(tgt[i] >= 0 && tgt[i] < V, "cross_entropy: target {} at position {} is outside [0, {})", tgt[i],
-                 i, V);
-    loss = Tensor::empty({1}, lv.dtype(), lv.device(), MemCategory::activations);
-    on_cpu(lv.dtype(), "cross_entropy", [&]<typename F>() {
-      std::vector<F> losses(static_cast<size_t>(BT));
-      cpu::crossentropy_forward<F>(losses.data(), cptr<F>(lv), tgt, BT, V, Vp);
-      double sum = 0.0;
-      for (F l : losses) sum += l;
-      loss.data<F>()[0] = static_cast<F>(sum / double(BT));
-    });
-  }
+  dispatch(
+      "cross_entropy", lv,
+      [&] {
+        Tensor losses = Tensor::empty({BT}, DType::f32, lv.device(), MemCategory::activations);
+        lse = Tensor::empty({BT}, DType::f32, lv.device(), MemCategory::activations);
+        loss = Tensor::empty({1}, DType::f32, lv.device(), MemCategory::activations);
+        cuda_ops::cross_entropy_forward(losses, lse, &loss, lv, targets, V);  // the mean stays on the device
+      },
+      [&]<typename F>() {
+        const int32_t* tgt = targets.data<int32_t>();
+        for (int64_t i = 0; i < BT; ++i)
+          FP8T_CHECK(tgt[i] >= 0 && tgt[i] < V, "cross_entropy: target {} at position {} is outside [0, {})", tgt[i],
+                     i, V);
+        loss = Tensor::empty({1}, lv.dtype(), lv.device(), MemCategory::activations);
+        std::vector<F> losses(static_cast<size_t>(BT));
+        cpu::cross_entropy_forward<F>(losses.data(), cptr<F>(lv), tgt, BT, V, Vp);
+        double sum = 0.0;
+        for (F l : losses) sum += l;
+        loss.data<F>()[0] = static_cast<F>(sum / double(BT));
+      });
   Var y = make_output(std::move(loss));
   if (needs_grad(logits)) {
     y->requires_grad = true;
     current_tape()->record("cross_entropy", [logits, targets, y, lse, BT, V, Vp] {
       const Tensor& dy = grad_of(y);
-      if (dy.device().is_cuda()) {
-        // Each token's loss gets d(mean)/d(loss_i) = dy / BT, read by the kernel from the device. The
-        // fused kernel overwrites dlogits, so the logits must feed nothing but this loss (as the
-        // lm_head output does).
-        FP8T_ON_CUDA("cross_entropy backward", {
-          // In place: d(logits) overwrites the logits (nothing else reads them), saving a (B, T, Vp)
-          // buffer and its zero fill.
-          if (!grad_exists(logits)) logits->grad = logits->value;
-          cuda_ops::crossentropy_backward(logits->grad, logits->value, lse, targets, dy,
-                                          1.0f / static_cast<float>(BT), V);
-        });
-        return;
-      }
-      on_cpu(dy.dtype(), "cross_entropy backward", [&]<typename F>() {
-        std::vector<F> dlosses(static_cast<size_t>(BT), static_cast<F>(double(dy.data<F>()[0]) / double(BT)));
-        cpu::crossentropy_backward<F>(grad_ptr<F>(logits, "cross_entropy"), cptr<F>(logits->value),
-                                      targets.data<int32_t>(), dlosses.data(), BT, V, Vp);
-      });
+      dispatch(
+          "cross_entropy backward", dy,
+          [&] {
+            // Each token's loss gets d(mean)/d(loss_i) = dy / BT, read by the kernel from the device. The
+            // fused kernel overwrites dlogits, so the logits must feed nothing but this loss (as the
+            // lm_head output does): in place, d(logits) overwrites the logits, saving a (B, T, Vp) buffer
+            // and its zero fill.
+            if (!grad_exists(logits)) logits->grad = logits->value;
+            cuda_ops::cross_entropy_backward(logits->grad, logits->value, lse, targets, dy,
+                                             1.0f / static_cast<float>(BT), V);
+          },
+          [&]<typename F>() {
+            std::vector<F> dlosses(static_cast<size_t>(BT), static_cast<F>(double(dy.data<F>()[0]) / double(BT)));
+            cpu::cross_entropy_backward<F>(grad_ptr<F>(logits, "cross_entropy"), cptr<F>(logits->value),
+                                           targets.data<int32_t>(), dlosses.data(), BT, V, Vp);
+          });
     });
   }
   watch_op("cross_entropy", y, {&logits});
@@ -86,64 +87,61 @@ Var lm_head_loss(const Var& h, const Var& w, const Tensor& targets, int64_t voca
   // d(h) for the assumed seed, filled chunk by chunk during the forward pass.
   Tensor dh = train ? Tensor::empty({BT, C}, hv.dtype(), dev, MemCategory::activations) : Tensor();
   Tensor loss;
-  if (dev.is_cuda()) {
-#ifdef FP8T_HAVE_CUDA
-    Tensor losses = Tensor::empty({BT}, DType::f32, dev, MemCategory::activations);
-    Tensor one = Tensor::empty({1}, DType::f32, dev, MemCategory::activations);
-    if (train) fill_(one, 1.0f);
-    Tensor dw = train && w->requires_grad ? grad_of(w) : Tensor();
-    for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows) {
-      const int64_t rows = std::min(chunk_rows, BT - r0);
-      const Tensor hc = h2.slice_flat(r0 * C, {rows, C});
-      Tensor logits = Tensor::empty({rows, Vp}, DType::bf16, dev, MemCategory::activations);
-      cuda_ops::matmul_forward(logits, hc, wv, nullptr);
-      Tensor lc = losses.slice_flat(r0, {rows});
-      Tensor lse = Tensor::empty({rows}, DType::f32, dev, MemCategory::activations);
-      const Tensor tc = targets.view({BT}).slice_flat(r0, {rows});
-      cuda_ops::crossentropy_forward(lc, lse, nullptr, logits, tc, V);
-      if (!train) continue;
-      // d(logits) in place, then d(h) for these rows (overwritten) and d(w) (accumulated).
-      cuda_ops::crossentropy_backward(logits, logits, lse, tc, one, grad_scale / static_cast<float>(BT), V);
-      Tensor dhc = dh.slice_flat(r0 * C, {rows, C});
-      cuda_ops::matmul_backward(h->requires_grad ? &dhc : nullptr, or_null(dw), nullptr, logits, hc,
-                                wv, /*accumulate_dinp=*/false);
-    }
-    loss = Tensor::empty({1}, DType::f32, dev, MemCategory::activations);
-    cuda_ops::mean_of(loss, losses);
-#else
-    FP8T_FAIL("lm_head_loss: tensor is on a CUDA device but this build has no CUDA");
-#endif
-  } else {
-    const int32_t* tgt = targets.data<int32_t>();
-    for (int64_t i = 0; i < BT; ++i)
-      FP8T_CHECK(tgt[i] >= 0 && tgt[i] < V, "cross_entropy: target {} at position {} is outside [0, {})", tgt[i], i,
-                 V);
-    loss = Tensor::empty({1}, hv.dtype(), dev, MemCategory::activations);
-    if (train) dh.zero_();
-    on_cpu(hv.dtype(), "lm_head_loss", [&]<typename F>() {
-      GradSink dw_sink(train ? w : Var(), hv.dtype());
-      F* dw = dw_sink.ptr<F>();
-      double sum = 0.0;
-      std::vector<F> losses, logits, dlogits, dlosses;
-      for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows) {
-        const int64_t rows = std::min(chunk_rows, BT - r0);
-        const F* hc = cptr<F>(hv) + r0 * C;
-        logits.assign(static_cast<size_t>(rows * Vp), F(0));
-        cpu::matmul_forward<F>(logits.data(), hc, cptr<F>(wv), nullptr, rows, C, Vp);
-        losses.resize(static_cast<size_t>(rows));
-        cpu::crossentropy_forward<F>(losses.data(), logits.data(), tgt + r0, rows, V, Vp);
-        for (F l : losses) sum += l;
-        if (!train) continue;
-        dlogits.assign(static_cast<size_t>(rows * Vp), F(0));
-        dlosses.assign(static_cast<size_t>(rows), static_cast<F>(double(grad_scale) / double(BT)));
-        cpu::crossentropy_backward<F>(dlogits.data(), logits.data(), tgt + r0, dlosses.data(), rows, V, Vp);
-        F* dhc = h->requires_grad ? dh.data<F>() + r0 * C : nullptr;
-        cpu::matmul_backward<F>(dhc, dw, nullptr, dlogits.data(), hc, cptr<F>(wv), rows, C, Vp);
-      }
-      loss.data<F>()[0] = static_cast<F>(sum / double(BT));
-      dw_sink.commit();
-    });
-  }
+  dispatch(
+      "lm_head_loss", hv,
+      [&] {
+        Tensor losses = Tensor::empty({BT}, DType::f32, dev, MemCategory::activations);
+        Tensor one = Tensor::empty({1}, DType::f32, dev, MemCategory::activations);
+        if (train) fill_(one, 1.0f);
+        Tensor dw = train && w->requires_grad ? grad_of(w) : Tensor();
+        for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows) {
+          const int64_t rows = std::min(chunk_rows, BT - r0);
+          const Tensor hc = h2.slice_flat(r0 * C, {rows, C});
+          Tensor logits = Tensor::empty({rows, Vp}, DType::bf16, dev, MemCategory::activations);
+          cuda_ops::matmul_forward(logits, hc, wv, nullptr);
+          Tensor lc = losses.slice_flat(r0, {rows});
+          Tensor lse = Tensor::empty({rows}, DType::f32, dev, MemCategory::activations);
+          const Tensor tc = targets.view({BT}).slice_flat(r0, {rows});
+          cuda_ops::cross_entropy_forward(lc, lse, nullptr, logits, tc, V);
+          if (!train) continue;
+          // d(logits) in place, then d(h) for these rows (overwritten) and d(w) (accumulated).
+          cuda_ops::cross_entropy_backward(logits, logits, lse, tc, one, grad_scale / static_cast<float>(BT), V);
+          Tensor dhc = dh.slice_flat(r0 * C, {rows, C});
+          cuda_ops::matmul_backward(h->requires_grad ? &dhc : nullptr, or_null(dw), nullptr, logits, hc,
+                                    wv, /*accumulate_dinp=*/false);
+        }
+        loss = Tensor::empty({1}, DType::f32, dev, MemCategory::activations);
+        cuda_ops::mean_of(loss, losses);
+      },
+      [&]<typename F>() {
+        const int32_t* tgt = targets.data<int32_t>();
+        for (int64_t i = 0; i < BT; ++i)
+          FP8T_CHECK(tgt[i] >= 0 && tgt[i] < V, "cross_entropy: target {} at position {} is outside [0, {})", tgt[i], i,
+                     V);
+        loss = Tensor::empty({1}, hv.dtype(), dev, MemCategory::activations);
+        if (train) dh.zero_();
+        GradSink dw_sink(train ? w : Var(), hv.dtype());
+        F* dw = dw_sink.ptr<F>();
+        double sum = 0.0;
+        std::vector<F> losses, logits, dlogits, dlosses;
+        for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows) {
+          const int64_t rows = std::min(chunk_rows, BT - r0);
+          const F* hc = cptr<F>(hv) + r0 * C;
+          logits.assign(static_cast<size_t>(rows * Vp), F(0));
+          cpu::matmul_forward<F>(logits.data(), hc, cptr<F>(wv), nullptr, rows, C, Vp);
+          losses.resize(static_cast<size_t>(rows));
+          cpu::cross_entropy_forward<F>(losses.data(), logits.data(), tgt + r0, rows, V, Vp);
+          for (F l : losses) sum += l;
+          if (!train) continue;
+          dlogits.assign(static_cast<size_t>(rows * Vp), F(0));
+          dlosses.assign(static_cast<size_t>(rows), static_cast<F>(double(grad_scale) / double(BT)));
+          cpu::cross_entropy_backward<F>(dlogits.data(), logits.data(), tgt + r0, dlosses.data(), rows, V, Vp);
+          F* dhc = h->requires_grad ? dh.data<F>() + r0 * C : nullptr;
+          cpu::matmul_backward<F>(dhc, dw, nullptr, dlogits.data(), hc, cptr<F>(wv), rows, C, Vp);
+        }
+        loss.data<F>()[0] = static_cast<F>(sum / double(BT));
+        dw_sink.commit();
+      });
   Var y = make_output(std::move(loss));
   if (train) {
     y->requires_grad = true;

@@ -1,4 +1,6 @@
 // The GELU op (tanh approximation), its input optionally stored as FP8 for backward.
+#include "ops/cpu/gelu.h"
+#include "ops/gelu_cuda.h"
 #include "ops/op_common.h"
 
 namespace fp8t {
@@ -7,18 +9,15 @@ using namespace ops_detail;
 
 Var gelu(const Var& x, bool store_fp8) {
   const bool save_fp8 = store_fp8 && needs_grad(x);
-  Fp8Saved saved;
+  QuantizedTensor saved;
   // The forward sees what the backward will: x's value becomes its round trip dequant(q(x)), in place
   // (ops.h: nothing else may need x unrounded).
   if (save_fp8) saved = fp8_save_inplace(x->value);
   const Tensor& xv = x->value;
   Tensor out = Tensor::empty(xv.shape(), xv.dtype(), xv.device(), MemCategory::activations);
-  if (xv.device().is_cuda()) {
-    FP8T_ON_CUDA("gelu", cuda_ops::gelu_forward(out, xv));
-  } else {
-    on_cpu(xv.dtype(), "gelu",
-           [&]<typename F>() { cpu::gelu_forward<F>(out.data<F>(), cptr<F>(xv), xv.numel()); });
-  }
+  dispatch(
+      "gelu", xv, [&] { cuda_ops::gelu_forward(out, xv); },
+      [&]<typename F>() { cpu::gelu_forward<F>(out.data<F>(), cptr<F>(xv), xv.numel()); });
   Var y = make_output(std::move(out));
   if (needs_grad(x)) {
     y->requires_grad = true;
@@ -26,13 +25,11 @@ Var gelu(const Var& x, bool store_fp8) {
     current_tape()->record("gelu", [xg = grad_ref(x), x_kept = save_fp8 ? Var() : x, saved, yg = grad_ref(y)] {
       const Tensor& dout = grad_of(yg);
       const Tensor xin = x_kept ? value_of(x_kept) : fp8_restore(saved, MemCategory::workspace);
-      if (dout.device().is_cuda()) {
-        FP8T_ON_CUDA("gelu backward", cuda_ops::gelu_backward(grad_of(xg), xin, dout));
-        return;
-      }
-      on_cpu(dout.dtype(), "gelu backward", [&]<typename F>() {
-        cpu::gelu_backward<F>(grad_of(xg).data<F>(), cptr<F>(xin), cptr<F>(dout), dout.numel());
-      });
+      dispatch(
+          "gelu backward", dout, [&] { cuda_ops::gelu_backward(grad_of(xg), xin, dout); },
+          [&]<typename F>() {
+            cpu::gelu_backward<F>(grad_of(xg).data<F>(), cptr<F>(xin), cptr<F>(dout), dout.numel());
+          });
     });
   }
   watch_op("gelu", y, {&x});

@@ -1,4 +1,6 @@
 // The LayerNorm op.
+#include "ops/cpu/layernorm.h"
+#include "ops/layernorm_cuda.h"
 #include "ops/op_common.h"
 
 namespace fp8t {
@@ -15,41 +17,37 @@ Var layernorm(const Var& x, const Var& w, const Var& b) {
   check_same_dtype("layernorm", xv, b->value);
   check_same_device("layernorm", xv, w->value);
   check_same_device("layernorm", xv, b->value);
-  const bool on_gpu = xv.device().is_cuda();
-  const DType stat_dtype = on_gpu ? DType::f32 : xv.dtype();  // (N) mean and rstd
+  const DType stat_dtype = xv.device().is_cuda() ? DType::f32 : xv.dtype();  // (N) mean and rstd
   Tensor out = Tensor::empty(xv.shape(), xv.dtype(), xv.device(), MemCategory::activations);
   Tensor mean = Tensor::empty({N}, stat_dtype, xv.device(), MemCategory::activations);
   Tensor rstd = Tensor::empty({N}, stat_dtype, xv.device(), MemCategory::activations);
-  if (on_gpu) {
-    FP8T_ON_CUDA("layernorm", cuda_ops::layernorm_forward(out, mean, rstd, xv, w->value, b->value));
-  } else {
-    on_cpu(xv.dtype(), "layernorm", [&]<typename F>() {
-      cpu::layernorm_forward<F>(out.data<F>(), mean.data<F>(), rstd.data<F>(), cptr<F>(xv), cptr<F>(w->value),
-                                cptr<F>(b->value), N, C);
-    });
-  }
+  dispatch(
+      "layernorm", xv, [&] { cuda_ops::layernorm_forward(out, mean, rstd, xv, w->value, b->value); },
+      [&]<typename F>() {
+        cpu::layernorm_forward<F>(out.data<F>(), mean.data<F>(), rstd.data<F>(), cptr<F>(xv), cptr<F>(w->value),
+                                  cptr<F>(b->value), N, C);
+      });
   Var y = make_output(std::move(out));
   if (needs_grad(x, w, b)) {
     y->requires_grad = true;
     current_tape()->record("layernorm", [x, w, b, yg = grad_ref(y), mean, rstd, N, C] {
       const Tensor& dout = grad_of(yg);
-      if (dout.device().is_cuda()) {
-        FP8T_ON_CUDA("layernorm backward", {
-          Tensor dx = grad_or_scratch(x, x->value.dtype());
-          GradSink dw(w, DType::f32, /*scratch=*/true), db(b, DType::f32, /*scratch=*/true);
-          cuda_ops::layernorm_backward(dx, dw.tensor(), db.tensor(), dout, x->value, w->value, mean, rstd);
-          dw.commit();
-          db.commit();
-        });
-        return;
-      }
-      on_cpu(dout.dtype(), "layernorm backward", [&]<typename F>() {
-        GradSink dw(w, dout.dtype()), db(b, dout.dtype());
-        cpu::layernorm_backward<F>(grad_ptr<F>(x, "layernorm"), dw.ptr<F>(), db.ptr<F>(), cptr<F>(dout),
-                                   cptr<F>(x->value), cptr<F>(w->value), cptr<F>(mean), cptr<F>(rstd), N, C);
-        dw.commit();
-        db.commit();
-      });
+      dispatch(
+          "layernorm backward", dout,
+          [&] {
+            Tensor dx = grad_or_scratch(x, x->value.dtype());
+            GradSink dw(w, DType::f32, /*scratch=*/true), db(b, DType::f32, /*scratch=*/true);
+            cuda_ops::layernorm_backward(dx, dw.tensor(), db.tensor(), dout, x->value, w->value, mean, rstd);
+            dw.commit();
+            db.commit();
+          },
+          [&]<typename F>() {
+            GradSink dw(w, dout.dtype()), db(b, dout.dtype());
+            cpu::layernorm_backward<F>(grad_ptr<F>(x, "layernorm"), dw.ptr<F>(), db.ptr<F>(), cptr<F>(dout),
+                                       cptr<F>(x->value), cptr<F>(w->value), cptr<F>(mean), cptr<F>(rstd), N, C);
+            dw.commit();
+            db.commit();
+          });
     });
   }
   watch_op("layernorm", y, {&x, &w, &b});

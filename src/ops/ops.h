@@ -11,9 +11,9 @@
 
 namespace fp8t {
 
-// run.gemm_autotune: time cuBLASLt's candidate algorithms for each new GEMM shape (kernels/matmul.cuh); a
-// no-op in builds without CUDA.
-void set_gemm_autotune(bool on);
+// run.gemm_autotune: time cuBLASLt's candidate algorithms for each new GEMM shape on `device`
+// (kernels/matmul.cuh, its GEMM context's options); a no-op for the CPU and in builds without CUDA.
+void set_gemm_autotune(Device device, bool on);
 
 // ---- Differentiable ops ----
 // tokens: i32 (B, T); wte (Vp, C); wpe (maxT, C)  ->  (B, T, C)

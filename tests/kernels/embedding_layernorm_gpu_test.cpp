@@ -2,8 +2,10 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include "util/gpu_test_util.h"
-#include "ops/cpu/reference.h"
-#include "ops/cuda_ops.h"
+#include "ops/cpu/embedding.h"
+#include "ops/cpu/layernorm.h"
+#include "ops/embedding_cuda.h"
+#include "ops/layernorm_cuda.h"
 
 using namespace fp8t;
 using namespace fp8t::test;

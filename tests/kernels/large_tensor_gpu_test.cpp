@@ -14,8 +14,8 @@
 #include "kernels/fp8_cast.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/stream.cuh"
-#include "ops/cpu/reference.h"
-#include "ops/cuda_ops.h"
+#include "ops/cpu/gelu.h"
+#include "ops/gelu_cuda.h"
 
 using namespace fp8t;
 using namespace fp8t::test;

@@ -7,8 +7,9 @@
 #include "autograd/tape.h"
 #include "kernels/matmul.cuh"
 #include "kernels/stream.cuh"
-#include "ops/cpu/reference.h"
-#include "ops/cuda_ops.h"
+#include "ops/cpu/gelu.h"
+#include "ops/cpu/linear.h"
+#include "ops/linear_cuda.h"
 #include "ops/ops.h"
 
 using namespace fp8t;

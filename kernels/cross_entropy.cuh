@@ -10,14 +10,14 @@ namespace fp8t::kernels {
 // losses (BT) f32 = lse - logits[r, target] with lse (BT) f32 = logsumexp(logits[r, :V]) kept for the
 // backward pass; a target outside [0, V) gives a NaN loss. If mean is not null, *mean = the mean loss
 // (computed on the device).
-void crossentropy_forward(float* losses, float* lse, float* mean, const __nv_bfloat16* logits,
-                          const int32_t* targets, int64_t BT, int V, int Vp, cudaStream_t stream);
+void cross_entropy_forward(float* losses, float* lse, float* mean, const __nv_bfloat16* logits,
+                           const int32_t* targets, int64_t BT, int V, int Vp, cudaStream_t stream);
 // *mean = sum(values[0..n)) / n, on the device (one block).
 void mean_reduce(float* mean, const float* values, int64_t n, cudaStream_t stream);
 // dlogits (BT, Vp) = (softmax - onehot(target)) * (*dloss * dloss_scale) for columns < V, 0 for padded
 // columns, with softmax = exp(logits - lse). Overwrites; dlogits may alias logits.
-void crossentropy_backward(__nv_bfloat16* dlogits, const __nv_bfloat16* logits, const float* lse,
-                           const int32_t* targets, const float* dloss, float dloss_scale, int64_t BT, int V, int Vp,
-                           cudaStream_t stream);
+void cross_entropy_backward(__nv_bfloat16* dlogits, const __nv_bfloat16* logits, const float* lse,
+                            const int32_t* targets, const float* dloss, float dloss_scale, int64_t BT, int V, int Vp,
+                            cudaStream_t stream);
 
 }  // namespace fp8t::kernels

@@ -4,15 +4,16 @@
 #include <cmath>
 
 #include "util/gpu_test_util.h"
-#include "ops/cpu/reference.h"
 #include "autograd/tape.h"
-#include "ops/cuda_ops.h"
+#include "ops/cpu/cross_entropy.h"
+#include "ops/cpu/linear.h"
+#include "ops/cross_entropy_cuda.h"
 #include "ops/ops.h"
 
 using namespace fp8t;
 using namespace fp8t::test;
 
-TEST_CASE("cross-entropy forward and in-place backward", "[gpu][classifier]") {
+TEST_CASE("cross-entropy forward and in-place backward", "[gpu][cross_entropy]") {
   struct Case { int64_t BT, V, Vp; };
   for (auto [BT, V, Vp] : {Case{1, 10, 16}, Case{77, 1000, 1024}, Case{64, 50257, 50304}, Case{5, 50257, 50257}, Case{300, 4099, 4104}}) {
     const auto logits = round_bf16(randn(BT * Vp, 3.0f));
@@ -20,9 +21,9 @@ TEST_CASE("cross-entropy forward and in-place backward", "[gpu][classifier]") {
     Tensor tl = upload(logits, {BT, Vp}, DType::bf16);
     Tensor tt = upload_i32(targets, {BT});
     Tensor losses = poisoned({BT}, DType::f32), lse = poisoned({BT}, DType::f32), mean = poisoned({1}, DType::f32);
-    cuda_ops::crossentropy_forward(losses, lse, &mean, tl, tt, V);
+    cuda_ops::cross_entropy_forward(losses, lse, &mean, tl, tt, V);
     std::vector<float> rloss(BT);
-    cpu::crossentropy_forward(rloss.data(), logits.data(), targets.data(), BT, V, Vp);
+    cpu::cross_entropy_forward(rloss.data(), logits.data(), targets.data(), BT, V, Vp);
     CHECK(rel_err(download(losses), rloss) < 1e-4);
     double rmean = 0.0;
     for (float l : rloss) rmean += l / double(BT);
@@ -31,12 +32,12 @@ TEST_CASE("cross-entropy forward and in-place backward", "[gpu][classifier]") {
     // The loss gradient comes from the device (as the tape's seed does), times 1 / BT.
     const float seed = 0.75f;
     std::vector<float> dl(BT, seed / BT), rgrad(BT * Vp, 0.0f);
-    cpu::crossentropy_backward(rgrad.data(), logits.data(), targets.data(), dl.data(), BT, V, Vp);
+    cpu::cross_entropy_backward(rgrad.data(), logits.data(), targets.data(), dl.data(), BT, V, Vp);
     Tensor dy = upload(std::vector<float>{seed}, {1}, DType::f32);
     Tensor dlogits = poisoned({BT, Vp}, DType::bf16);
-    cuda_ops::crossentropy_backward(dlogits, tl, lse, tt, dy, 1.0f / BT, V);
+    cuda_ops::cross_entropy_backward(dlogits, tl, lse, tt, dy, 1.0f / BT, V);
     CHECK(rel_err(download(dlogits), rgrad) < 1e-2);
-    cuda_ops::crossentropy_backward(tl, tl, lse, tt, dy, 1.0f / BT, V);  // in place, as the fused classifier runs
+    cuda_ops::cross_entropy_backward(tl, tl, lse, tt, dy, 1.0f / BT, V);  // in place, as the op runs
     const auto inplace = download(tl);
     CHECK(rel_err(inplace, rgrad) < 1e-2);
     for (int64_t r = 0; r < BT; ++r)
@@ -46,7 +47,7 @@ TEST_CASE("cross-entropy forward and in-place backward", "[gpu][classifier]") {
 
 // The chunked head computes d(w) chunk by chunk during the forward pass: every chunk, and every
 // micro-batch before it, must accumulate into w's gradient (a beta-0 GEMM would keep only the last chunk).
-TEST_CASE("lm_head_loss on the GPU: the weight gradient sums every chunk and accumulates", "[gpu][classifier]") {
+TEST_CASE("lm_head_loss on the GPU: the weight gradient sums every chunk and accumulates", "[gpu][cross_entropy]") {
   const int64_t B = 2, T = 48, C = 64, V = 500, Vp = 512;
   const auto h0 = round_bf16(randn(B * T * C, 1.0f)), w0 = round_bf16(randn(Vp * C, 0.3f));
   const auto targets = randint(B * T, static_cast<int32_t>(V));
@@ -54,8 +55,8 @@ TEST_CASE("lm_head_loss on the GPU: the weight gradient sums every chunk and acc
   std::vector<float> logits(B * T * Vp), dl(B * T, 1.0f / (B * T)), dlogits(B * T * Vp, 0.0f), dw_ref(Vp * C, 0.0f);
   cpu::matmul_forward<float>(logits.data(), h0.data(), w0.data(), nullptr, B * T, C, Vp);
   std::vector<float> losses(B * T);
-  cpu::crossentropy_forward<float>(losses.data(), logits.data(), targets.data(), B * T, V, Vp);
-  cpu::crossentropy_backward<float>(dlogits.data(), logits.data(), targets.data(), dl.data(), B * T, V, Vp);
+  cpu::cross_entropy_forward<float>(losses.data(), logits.data(), targets.data(), B * T, V, Vp);
+  cpu::cross_entropy_backward<float>(dlogits.data(), logits.data(), targets.data(), dl.data(), B * T, V, Vp);
   cpu::matmul_backward<float>(nullptr, dw_ref.data(), nullptr, dlogits.data(), h0.data(), nullptr, B * T, C, Vp);
   const Tensor tt = upload_i32(targets, {B, T});
   for (int64_t chunk : {int64_t{16}, int64_t{32}, B * T}) {

@@ -1,7 +1,7 @@
 // Softmax cross-entropy: one block per row. The forward pass reads the row once (an online max/sum)
 // and keeps each row's logsumexp; the backward pass reads the row once more and writes the gradient
 // in place, scaled by a loss gradient it reads from device memory (no host round trip).
-#include "kernels/classifier.cuh"
+#include "kernels/cross_entropy.cuh"
 #include "kernels/cuda_common.cuh"
 
 namespace fp8t::kernels {
@@ -49,8 +49,8 @@ __device__ float row_logsumexp(const bf16* x, int V, int Vp, float* scratch) {
 }
 
 template <bool kVec>
-__global__ void crossentropy_forward_kernel(float* losses, float* lse, const bf16* logits, const int32_t* targets,
-                                            int V, int Vp) {
+__global__ void cross_entropy_forward_kernel(float* losses, float* lse, const bf16* logits, const int32_t* targets,
+                                             int V, int Vp) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const bf16* x = logits + row * Vp;
@@ -72,9 +72,9 @@ __global__ void mean_kernel(float* mean, const float* losses, int64_t n) {
 }
 
 template <bool kVec>
-__global__ void crossentropy_backward_kernel(bf16* dlogits, const bf16* logits, const float* lse,
-                                             const int32_t* targets, const float* dloss, float dloss_scale, int V,
-                                             int Vp) {
+__global__ void cross_entropy_backward_kernel(bf16* dlogits, const bf16* logits, const float* lse,
+                                              const int32_t* targets, const float* dloss, float dloss_scale, int V,
+                                              int Vp) {
   const int64_t row = blockIdx.x;
   const bf16* x = logits + row * Vp;
   bf16* dx = dlogits + row * Vp;
@@ -108,15 +108,15 @@ bool vector_rows(const void* p, int Vp) { return Vp % 8 == 0 && aligned16(p); }
 // ------------------------------------------------------------------------------------------------
 // kernel launchers
 
-void crossentropy_forward(float* losses, float* lse, float* mean, const bf16* logits, const int32_t* targets,
-                          int64_t BT, int V, int Vp, cudaStream_t stream) {
-  FP8T_CHECK(BT > 0 && V > 0 && V <= Vp, "crossentropy_forward: bad sizes BT={} V={} Vp={}", BT, V, Vp);
-  FP8T_CHECK(BT <= 0x7fffffff, "crossentropy_forward: BT={} too large for one grid", BT);
+void cross_entropy_forward(float* losses, float* lse, float* mean, const bf16* logits, const int32_t* targets,
+                           int64_t BT, int V, int Vp, cudaStream_t stream) {
+  FP8T_CHECK(BT > 0 && V > 0 && V <= Vp, "cross_entropy_forward: bad sizes BT={} V={} Vp={}", BT, V, Vp);
+  FP8T_CHECK(BT <= 0x7fffffff, "cross_entropy_forward: BT={} too large for one grid", BT);
   const auto blocks = static_cast<unsigned>(BT);
   if (vector_rows(logits, Vp))
-    crossentropy_forward_kernel<true><<<blocks, kThreads, 0, stream>>>(losses, lse, logits, targets, V, Vp);
+    cross_entropy_forward_kernel<true><<<blocks, kThreads, 0, stream>>>(losses, lse, logits, targets, V, Vp);
   else
-    crossentropy_forward_kernel<false><<<blocks, kThreads, 0, stream>>>(losses, lse, logits, targets, V, Vp);
+    cross_entropy_forward_kernel<false><<<blocks, kThreads, 0, stream>>>(losses, lse, logits, targets, V, Vp);
   CUDA_CHECK_LAUNCH();
   if (mean) {
     mean_kernel<<<1, 1024, 0, stream>>>(mean, losses, BT);
@@ -130,16 +130,16 @@ void mean_reduce(float* mean, const float* values, int64_t n, cudaStream_t strea
   CUDA_CHECK_LAUNCH();
 }
 
-void crossentropy_backward(bf16* dlogits, const bf16* logits, const float* lse, const int32_t* targets,
-                           const float* dloss, float dloss_scale, int64_t BT, int V, int Vp, cudaStream_t stream) {
-  FP8T_CHECK(BT > 0 && V > 0 && V <= Vp, "crossentropy_backward: bad sizes BT={} V={} Vp={}", BT, V, Vp);
-  FP8T_CHECK(BT <= 0x7fffffff, "crossentropy_backward: BT={} too large for one grid", BT);
+void cross_entropy_backward(bf16* dlogits, const bf16* logits, const float* lse, const int32_t* targets,
+                            const float* dloss, float dloss_scale, int64_t BT, int V, int Vp, cudaStream_t stream) {
+  FP8T_CHECK(BT > 0 && V > 0 && V <= Vp, "cross_entropy_backward: bad sizes BT={} V={} Vp={}", BT, V, Vp);
+  FP8T_CHECK(BT <= 0x7fffffff, "cross_entropy_backward: BT={} too large for one grid", BT);
   const auto blocks = static_cast<unsigned>(BT);
   if (vector_rows(logits, Vp) && aligned16(dlogits))
-    crossentropy_backward_kernel<true>
+    cross_entropy_backward_kernel<true>
         <<<blocks, kThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, dloss_scale, V, Vp);
   else
-    crossentropy_backward_kernel<false>
+    cross_entropy_backward_kernel<false>
         <<<blocks, kThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, dloss_scale, V, Vp);
   CUDA_CHECK_LAUNCH();
 }

@@ -1,0 +1,24 @@
+// CUDA launchers of the causal self-attention op (defined in attention_cuda.cpp, built with CUDA only; a build
+// without it sees the declarations alone and never calls them). qkv, out and their gradients bf16, lse f32;
+// backward ACCUMULATES into dqkv. Launches go on the current compute stream.
+#pragma once
+#include "core/tensor.h"
+
+namespace fp8t::kernels {
+struct AttentionKernels;  // kernels/attention.cuh
+}  // namespace fp8t::kernels
+
+namespace fp8t::cuda_ops {
+
+// out (B, T, C), lse (B, NH, T) = causal attention over qkv (B, T, 3C), with the product's kernels
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head);
+// `kernels`: which attention kernels run (kernels/attention.cuh), for the tests and benchmarks that compare them.
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head,
+                       const kernels::AttentionKernels& kernels);
+// dqkv (B, T, 3C) += the gradient for dout (B, T, C), given the forward's out and lse
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                        int n_head);
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                        int n_head, const kernels::AttentionKernels& kernels);
+
+}  // namespace fp8t::cuda_ops

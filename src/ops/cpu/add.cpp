@@ -1,0 +1,15 @@
+// CPU reference of the add op (see add.h), for float and double.
+#include "ops/cpu/add.h"
+
+namespace fp8t::cpu {
+
+template <typename F>
+void add_forward(F* out, const F* a, const F* b, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+template void add_forward<float>(float*, const float*, const float*, int64_t);
+template void add_forward<double>(double*, const double*, const double*, int64_t);
+
+}  // namespace fp8t::cpu

@@ -1,0 +1,12 @@
+// CPU reference of the add op (src/ops/add.cpp): raw pointers, contiguous; instantiated for float and
+// double. The backward pass needs no kernel: d(a) and d(b) are d(out).
+#pragma once
+#include <cstdint>
+
+namespace fp8t::cpu {
+
+// out (n) = a + b (out may alias a or b)
+template <typename F>
+void add_forward(F* out, const F* a, const F* b, int64_t n);
+
+}  // namespace fp8t::cpu
