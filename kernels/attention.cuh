@@ -8,13 +8,12 @@
 
 namespace fp8t::kernels {
 
-// Which kernels attention runs. The defaults are the product's choice; the alternatives stay for the tests
-// and benchmarks that compare them against it (tests/gpu/attention_test.cpp).
+// Which kernels attention runs. The default is the product's choice; the mma.sync kernels stay selectable because
+// every GPU but a Hopper runs them, so the tests check them there too (tests/kernels/attention_gpu_test.cpp).
 struct AttentionKernels {
   // Head size 64 on a Hopper GPU with an sm_90a build: the forward and the backward's main pass on warpgroup
-  // MMAs (kernels/attention_wgmma.cu); false: the mma.sync kernels every GPU runs.
+  // MMAs (kernels/attention_wgmma.cuh); false: the mma.sync kernels every GPU runs.
   bool wgmma = true;
-  int wgmma_backward_variant = 3;  // attention_wgmma.cuh
 };
 
 // out (B, T, C) bf16; lse (B, NH, T) f32 = logsumexp of each scaled score row (saved for backward).

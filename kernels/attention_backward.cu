@@ -2,6 +2,7 @@
 // dQ scratch zeroed, the main pass over key blocks (dK, dV in registers, dQ through f32 atomics or the wgmma
 // backward's tiles), and the pass that adds scale * dQ into dqkv; the wgmma backward (HS 64 on a Hopper)
 // shares the first and last.
+#include "kernels/attention_backward_passes.cuh"
 #include "kernels/attention_mma.cuh"
 
 namespace fp8t::kernels {
@@ -235,8 +236,8 @@ __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlock
 }
 
 // dqkv[:, :, q part] += scale * dq_accum; one thread per 8 channels of (B, T, C) (16-byte accesses). kTiled:
-// dq_accum in the wgmma backward's tiles (kernels/attention_wgmma.cuh): head size 64, tile (b * NH + h, t / 64),
-// and in it row 16 w + g + 8 r, columns 8 j .. 8 j + 7 at ((w * 8 + j) * 2 + r) * 64 + 8 g.
+// dq_accum in DqLayout::tiles (the wgmma backward's): head size 64, tile (b * NH + h, t / 64), and in it row
+// 16 w + g + 8 r, columns 8 j .. 8 j + 7 at ((w * 8 + j) * 2 + r) * 64 + 8 g.
 template <bool kTiled>
 __global__ void attention_dq_kernel(bf16* dqkv, const float* dq_accum, int64_t n_chunks, int C, int T, float scale) {
   const int row_chunks = C / 8;
@@ -273,40 +274,66 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_backward_kernel<HS>, kThreads, bytes));
     return sms * std::max(per_sm, 1);
   }();
-  const int64_t BT = int64_t{B} * T, C = int64_t{NH} * HS, n_chunks = BT * C / 8;
   const float scale = 1.0f / sqrtf(float(HS));
-  const unsigned delta_blocks = checked_grid(ceil_div64(n_chunks, 256), kMaxGridX, "attention_backward",
-                                             "B*T*C / 8 chunks of dout (256 per block)");
   const bool wgmma = use_wgmma(HS, k);
-  const bool tiled = wgmma && attention_backward_wgmma_tiled_dq(k.wgmma_backward_variant);
-  if (tiled)
-    CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, attention_dq_scratch_floats(B, T, NH, HS) * sizeof(float), stream));
-  attention_delta_kernel<HS><<<delta_blocks, 256, 0, stream>>>(delta, tiled ? nullptr : dq_accum, dout, out, n_chunks,
-                                                               T, NH);
-  CUDA_CHECK_LAUNCH();
+  const DqLayout layout = wgmma ? DqLayout::tiles : DqLayout::rows;
+  attention_backward_delta(delta, dq_accum, layout, dout, out, B, T, NH, HS, stream);
   if (wgmma) {
-    attention_backward_wgmma64(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, k.wgmma_backward_variant,
-                               stream);
+    attention_backward_wgmma64(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream);
   } else {
     const int BH = B * NH, n_kb = ceil_div(T, KEYS);
     attention_backward_kernel<HS><<<BH * n_kb, kThreads, bytes, stream>>>(
         dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH, backward_group(BH, n_kb, T, HS, slots), scale);
     CUDA_CHECK_LAUNCH();
   }
-  const int dq_blocks = static_cast<int>(std::min<int64_t>((n_chunks + 255) / 256, 65536));
-  if (tiled)
-    attention_dq_kernel<true><<<dq_blocks, 256, 0, stream>>>(dqkv, dq_accum, n_chunks, static_cast<int>(C), T, scale);
-  else
-    attention_dq_kernel<false><<<dq_blocks, 256, 0, stream>>>(dqkv, dq_accum, n_chunks, static_cast<int>(C), T, scale);
-  CUDA_CHECK_LAUNCH();
+  attention_backward_dq(dqkv, dq_accum, layout, B, T, NH, HS, stream);
+}
+
+void check_pass(const char* what, DqLayout layout, int HS) {
+  FP8T_CHECK(HS == 64 || HS == 128, "{}: head size {} not supported (64 or 128)", what, HS);
+  FP8T_CHECK(layout == DqLayout::rows || HS == 64, "{}: the tiled dQ layout needs head size 64, got {}", what, HS);
 }
 
 }  // namespace
 
-int64_t attention_dq_scratch_floats(int B, int T, int NH, int HS, const AttentionKernels& k) {
-  if (use_wgmma(HS, k) && attention_backward_wgmma_tiled_dq(k.wgmma_backward_variant))
-    return int64_t{B} * NH * ceil_div(T, 64) * 64 * 64;  // whole 64-query tiles per head
+int64_t attention_dq_floats(DqLayout layout, int B, int T, int NH, int HS) {
+  if (layout == DqLayout::tiles) return int64_t{B} * NH * ceil_div(T, 64) * 64 * 64;  // whole 64-query tiles per head
   return int64_t{B} * T * NH * HS;
+}
+
+int64_t attention_dq_scratch_floats(int B, int T, int NH, int HS, const AttentionKernels& k) {
+  return attention_dq_floats(use_wgmma(HS, k) ? DqLayout::tiles : DqLayout::rows, B, T, NH, HS);
+}
+
+void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, const bf16* dout, const bf16* out, int B,
+                              int T, int NH, int HS, cudaStream_t stream) {
+  check_pass("attention_backward_delta", layout, HS);
+  const int64_t n_chunks = int64_t{B} * T * NH * HS / 8;
+  const unsigned blocks = checked_grid(ceil_div64(n_chunks, 256), kMaxGridX, "attention_backward",
+                                       "B*T*C / 8 chunks of dout (256 per block)");
+  const bool tiles = layout == DqLayout::tiles;  // longer than the kernel's rows: zeroed here instead
+  if (tiles)
+    CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, attention_dq_floats(layout, B, T, NH, HS) * sizeof(float), stream));
+  float* rows = tiles ? nullptr : dq_accum;
+  if (HS == 64)
+    attention_delta_kernel<64><<<blocks, 256, 0, stream>>>(delta, rows, dout, out, n_chunks, T, NH);
+  else
+    attention_delta_kernel<128><<<blocks, 256, 0, stream>>>(delta, rows, dout, out, n_chunks, T, NH);
+  CUDA_CHECK_LAUNCH();
+}
+
+void attention_backward_dq(bf16* dqkv, const float* dq_accum, DqLayout layout, int B, int T, int NH, int HS,
+                           cudaStream_t stream) {
+  check_pass("attention_backward_dq", layout, HS);
+  const int C = NH * HS;
+  const int64_t n_chunks = int64_t{B} * T * C / 8;
+  const float scale = 1.0f / sqrtf(float(HS));
+  const int blocks = static_cast<int>(std::min<int64_t>((n_chunks + 255) / 256, 65536));
+  if (layout == DqLayout::tiles)
+    attention_dq_kernel<true><<<blocks, 256, 0, stream>>>(dqkv, dq_accum, n_chunks, C, T, scale);
+  else
+    attention_dq_kernel<false><<<blocks, 256, 0, stream>>>(dqkv, dq_accum, n_chunks, C, T, scale);
+  CUDA_CHECK_LAUNCH();
 }
 
 void attention_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv, const bf16* out,

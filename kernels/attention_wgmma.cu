@@ -1,5 +1,5 @@
 // Attention forward, head size 64, on Hopper's warpgroup MMA (wgmma.mma_async, sm_90a), and whether this build
-// and device can run these kernels. The backward's main pass is in kernels/attention_wgmma_backward.cu.
+// and device can run these kernels. The backward's main pass is in kernels/attention_wgmma_backward_kernel.cuh.
 #include "core/launch_limits.h"
 #include "kernels/attention_wgmma.cuh"
 #include "kernels/attention_wgmma_common.cuh"

@@ -13,16 +13,10 @@ bool attention_wgmma_available();
 void attention_forward_wgmma64(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
                                float scale, cudaStream_t stream);
 
-// dqkv's K and V parts += dK, dV; dq_accum += dQ / scale, in the layout of the variant below. delta (B, NH, T)
-// from the delta pass; lse (B, NH, T) from the forward. Head size 64 only.
+// dqkv's K and V parts += dK, dV; dq_accum += dQ / scale in DqLayout::tiles (kernels/attention_backward_passes.cuh).
+// delta (B, NH, T) from the delta pass; lse (B, NH, T) from the forward. Head size 64 only.
 void attention_backward_wgmma64(__nv_bfloat16* dqkv, float* dq_accum, const float* delta, const __nv_bfloat16* dout,
                                 const __nv_bfloat16* qkv, const float* lse, int B, int T, int NH, float scale,
-                                int variant, cudaStream_t stream);
-
-// The backward kernel `variant`: 0 and 1 add dQ by f32 atomics into dq_accum (B, T, C), with two or three
-// blocks per SM; 2 and 3 (the product's: 3, the fastest measured) by a bulk reduction of each 64 x 64 dQ tile
-// into a dq_accum laid out as tiles (B * NH, ceil(T / 64), 64 x 64 in fragment order), which
-// attention_backward_wgmma_tiled_dq(variant) reports.
-bool attention_backward_wgmma_tiled_dq(int variant);
+                                cudaStream_t stream);
 
 }  // namespace fp8t::kernels

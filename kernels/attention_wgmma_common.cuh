@@ -1,4 +1,4 @@
-// Shared by the warpgroup-MMA attention kernels (kernels/attention_wgmma.cu, attention_wgmma_backward.cu):
+// Shared by the warpgroup-MMA attention kernels (kernels/attention_wgmma.cu, attention_wgmma_backward_kernel.cuh):
 // tile sizes, the 128-byte-swizzled tile loads and descriptors, wgmma issue and wait, and the bulk reduction.
 // Every tile is 64 rows of 64 bf16 (128 bytes), stored with the 128-byte swizzle (16-byte chunk c of row r at
 // chunk c ^ (r % 8)), the layout wgmma reads both K-major and MN-major; cp.async fills the tiles.

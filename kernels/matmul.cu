@@ -1,5 +1,5 @@
-// cuBLASLt GEMM wrapper: one handle, one 32 MiB workspace and one plan cache per device; plus the
-// bias-gradient column reduction.
+// cuBLASLt GEMM wrapper: one context per device (handle, 32 MiB workspace, plan cache, memory and options); plus
+// the bias-gradient column reduction.
 #include <cublasLt.h>
 
 #include <map>
@@ -76,6 +76,18 @@ cublasLtEpilogue_t lt_epilogue(MatmulEpilogue e) {
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
+// cuBLASLt's scale mode of an FP8 operand (CUBLASLT_MATMUL_DESC_A/B_SCALE_MODE, int32). Only per_tensor reaches
+// here (matmul_cublaslt refuses the others); the mapping of the rest is what they will use.
+int32_t lt_scale_mode(ScaleLayout layout) {
+  switch (layout) {
+    case ScaleLayout::per_tensor: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    case ScaleLayout::per_row: return CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    case ScaleLayout::block_1x128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case ScaleLayout::block_128x128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  }
+  return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+}
+
 int alignment_of(const void* p) {
   const auto v = reinterpret_cast<uintptr_t>(p);
   int a = 256;
@@ -86,6 +98,7 @@ int alignment_of(const void* p) {
 struct PlanKey {
   int m, n, k;
   bool trans_a, trans_b, scaled_a, scaled_b, fast_accum;
+  ScaleLayout scale_layout_a, scale_layout_b;  // FP8 operands only (per_tensor otherwise)
   DType a, b, d;
   MatmulEpilogue epilogue;
   int align_a, align_b, align_d, align_bias;
@@ -100,7 +113,8 @@ struct PlanKeyHash {
     mix(static_cast<uint64_t>(k.n));
     mix(static_cast<uint64_t>(k.k));
     mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) | (k.scaled_a ? 4u : 0u) | (k.scaled_b ? 8u : 0u) |
-        (k.fast_accum ? 16u : 0u));
+        (k.fast_accum ? 16u : 0u) | (static_cast<uint64_t>(k.scale_layout_a) << 8) |
+        (static_cast<uint64_t>(k.scale_layout_b) << 16));
     mix((static_cast<uint64_t>(k.a) << 24) | (static_cast<uint64_t>(k.b) << 16) | (static_cast<uint64_t>(k.d) << 8) |
         static_cast<uint64_t>(k.epilogue));
     mix((static_cast<uint64_t>(k.align_a) << 48) | (static_cast<uint64_t>(k.align_b) << 32) |
@@ -124,21 +138,6 @@ struct Plan {
   int num_candidates = 0;
 };
 
-MatmulMemory g_memory;    // set_matmul_memory
-bool g_autotune = false;  // set_matmul_autotune
-
-void* env_allocate(size_t bytes) {
-  if (g_memory.allocate) return g_memory.allocate(bytes);
-  void* p = nullptr;
-  CUDA_CHECK(cudaMalloc(&p, bytes));
-  return p;
-}
-
-void env_deallocate(void* p, size_t bytes) {
-  if (g_memory.deallocate) return g_memory.deallocate(p, bytes);
-  CUDA_CHECK(cudaFree(p));
-}
-
 MatrixLayout make_layout(cudaDataType_t t, int rows, int cols) {
   cublasLtMatrixLayout_t l = nullptr;
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, t, rows, cols, rows));
@@ -150,28 +149,50 @@ void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)));
 }
 
+// One device's GEMM state: the options and memory its users set, and from its first GEMM on (made with the device
+// current) the cuBLASLt handle, the workspace and the plans. mu guards every member.
 struct DeviceContext {
+  std::mutex mu;
+  MatmulOptions options;
+  MatmulMemory memory;
   CublasLtHandle handle;
   void* workspace = nullptr;
-  std::mutex mu;
   std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+
+  void* allocate(size_t bytes) {
+    if (memory.allocate) return memory.allocate(bytes);
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    return p;
+  }
+  void deallocate(void* p, size_t bytes) {
+    if (memory.deallocate) return memory.deallocate(p, bytes);
+    CUDA_CHECK(cudaFree(p));
+  }
+  // Before each GEMM, under mu.
+  void ensure_started() {
+    if (workspace) return;
+    handle = make_cublaslt();
+    // Held for the life of the process (from the caching allocator once it exists: it then outlives these
+    // contexts at exit).
+    workspace = allocate(kWorkspaceBytes);
+  }
 };
 
-DeviceContext& device_context() {
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
+// The context of CUDA device `device`, made on first use and kept for the life of the process.
+DeviceContext& device_context(int device) {
   static std::mutex mu;
   static std::map<int, std::unique_ptr<DeviceContext>> contexts;
   std::lock_guard lk(mu);
-  auto& ctx = contexts[dev];
-  if (!ctx) {
-    ctx = std::make_unique<DeviceContext>();
-    ctx->handle = make_cublaslt();
-    // Held for the life of the process (from the caching allocator once it exists: it then outlives these
-    // contexts at exit).
-    ctx->workspace = env_allocate(kWorkspaceBytes);
-  }
+  auto& ctx = contexts[device];
+  if (!ctx) ctx = std::make_unique<DeviceContext>();
   return *ctx;
+}
+
+int current_device() {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  return device;
 }
 
 Plan& get_plan(DeviceContext& ctx, const PlanKey& key) {
@@ -185,8 +206,11 @@ Plan& get_plan(DeviceContext& ctx, const PlanKey& key) {
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
   set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt_epilogue(key.epilogue));
-  if (key.a == DType::e4m3 || key.a == DType::e5m2)
+  if (key.a == DType::e4m3 || key.a == DType::e5m2) {
     set_desc(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(key.fast_accum ? 1 : 0));
+    set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, lt_scale_mode(key.scale_layout_a));
+    set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, lt_scale_mode(key.scale_layout_b));
+  }
   if (key.epilogue == MatmulEpilogue::bias || key.epilogue == MatmulEpilogue::gelu_bias ||
       key.epilogue == MatmulEpilogue::gelu_aux_bias)
     set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(key.d));
@@ -210,7 +234,7 @@ Plan& get_plan(DeviceContext& ctx, const PlanKey& key) {
 
   constexpr int kMaxCandidates = 8;  // Plan::candidates' size
   cublasLtMatmulHeuristicResult_t results[kMaxCandidates]{};
-  const int want = g_autotune ? kMaxCandidates : 1;
+  const int want = ctx.options.autotune ? kMaxCandidates : 1;
   int found = 0;
   CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.handle, desc, plan->a, plan->b, plan->d, plan->d, pref, want,
                                               results, &found));
@@ -233,10 +257,10 @@ Plan& get_plan(DeviceContext& ctx, const PlanKey& key) {
 void autotune(DeviceContext& ctx, Plan& plan, const PlanKey& key, const void* a, const void* b, const void* c,
               bool aux_is_output, float alpha, float beta, cudaStream_t stream) {
   const size_t d_bytes = static_cast<size_t>(key.m) * key.n * dtype_size(key.d);
-  void* scratch = env_allocate(d_bytes);
+  void* scratch = ctx.allocate(d_bytes);
   void* aux_scratch = nullptr;
   if (aux_is_output) {
-    aux_scratch = env_allocate(d_bytes);
+    aux_scratch = ctx.allocate(d_bytes);
     set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux_scratch);
   }
   cudaEvent_t ev[2];
@@ -263,8 +287,8 @@ void autotune(DeviceContext& ctx, Plan& plan, const PlanKey& key, const void* a,
   for (auto& e : ev) CUDA_CHECK(cudaEventDestroy(e));
   if (best >= 0) plan.algo = plan.candidates[best];
   plan.num_candidates = 0;
-  env_deallocate(scratch, d_bytes);
-  if (aux_scratch) env_deallocate(aux_scratch, d_bytes);
+  ctx.deallocate(scratch, d_bytes);
+  if (aux_scratch) ctx.deallocate(aux_scratch, d_bytes);
 }
 
 }  // namespace
@@ -296,11 +320,16 @@ void matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, con
   FP8T_CHECK(!fp8 || (m % 16 == 0 && n % 16 == 0 && k % 16 == 0),
              "matmul: FP8 GEMMs need every dimension to be a multiple of 16, got m={} n={} k={}", m, n, k);
   FP8T_CHECK(!(a.dtype == DType::e5m2 && b.dtype == DType::e5m2), "matmul: E5M2 x E5M2 is not supported by cuBLASLt");
+  FP8T_CHECK(!fp8 || (a.scale_layout == ScaleLayout::per_tensor && b.scale_layout == ScaleLayout::per_tensor),
+             "matmul: FP8 operands with per-row or block scales (layouts {} and {}) are not wired to cuBLASLt yet; "
+             "only per-tensor scales are", static_cast<int>(a.scale_layout), static_cast<int>(b.scale_layout));
 
-  DeviceContext& ctx = device_context();
+  DeviceContext& ctx = device_context(current_device());
   std::lock_guard lk(ctx.mu);
-  const PlanKey key{m, n, k, trans_a, trans_b, a.scale != nullptr, b.scale != nullptr, fp8 && fast_accum, a.dtype,
-                    b.dtype, d_dtype, epilogue, alignment_of(a.data), alignment_of(b.data), alignment_of(d), has_bias ? alignment_of(bias) : 256};
+  ctx.ensure_started();
+  const PlanKey key{m, n, k, trans_a, trans_b, a.scale != nullptr, b.scale != nullptr, fp8 && fast_accum,
+                    a.scale_layout, b.scale_layout, a.dtype, b.dtype, d_dtype, epilogue, alignment_of(a.data), alignment_of(b.data), alignment_of(d),
+                    has_bias ? alignment_of(bias) : 256};
   Plan& plan = get_plan(ctx, key);
   if (has_bias) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   if (has_aux) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
@@ -316,8 +345,23 @@ void matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, con
 
 }  // namespace
 
-void set_matmul_memory(const MatmulMemory& memory) { g_memory = memory; }
-void set_matmul_autotune(bool on) { g_autotune = on; }
+void set_matmul_memory(int device, const MatmulMemory& memory) {
+  DeviceContext& ctx = device_context(device);
+  std::lock_guard lk(ctx.mu);
+  ctx.memory = memory;
+}
+
+void set_matmul_options(int device, const MatmulOptions& options) {
+  DeviceContext& ctx = device_context(device);
+  std::lock_guard lk(ctx.mu);
+  ctx.options = options;
+}
+
+void set_matmul_autotune(bool on) {
+  DeviceContext& ctx = device_context(current_device());
+  std::lock_guard lk(ctx.mu);
+  ctx.options.autotune = on;
+}
 
 void matmul_cublaslt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, const MatmulOperand& b,
                      bool trans_b, int m, int n, int k, float alpha, float beta, MatmulEpilogue epilogue,

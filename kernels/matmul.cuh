@@ -21,25 +21,36 @@ enum class MatmulEpilogue : uint8_t {
 
 // One GEMM operand: its data, element type, and (FP8 only) a device pointer to its f32 dequantisation
 // scale (cuBLASLt's A/B_SCALE_POINTER), so delayed scaling needs no host round trip.
+// scale_layout: how that scale covers the codes; part of the plan key. cuBLASLt takes per_tensor here (its
+// SCALAR_32F mode); the other layouts are refused until their scale-tensor layouts are wired and tested.
 struct MatmulOperand {
   const void* data = nullptr;
   DType dtype = DType::bf16;
   const float* scale = nullptr;
+  ScaleLayout scale_layout = ScaleLayout::per_tensor;
 };
 
-// Device memory for the GEMM wrapper (the 32 MiB workspace of each device and the autotuning scratch), on the
-// current device. The caching allocator installs its own when it is created (core/cuda_allocator.cpp), so
-// this memory is accounted under `workspace`; until then it comes from cudaMalloc.
+// Each CUDA device has one GEMM context: its cuBLASLt handle, 32 MiB workspace, plan cache, and the memory and
+// options below, which users set per device.
+
+// Device memory for one device's GEMMs (the workspace and the autotuning scratch). The caching allocator installs
+// its own when it is created for the device (core/cuda_allocator.cpp), so this memory is accounted under
+// `workspace`; until then it comes from cudaMalloc.
 struct MatmulMemory {
   void* (*allocate)(size_t bytes) = nullptr;
   void (*deallocate)(void* p, size_t bytes) = nullptr;
 };
-void set_matmul_memory(const MatmulMemory& memory);
+void set_matmul_memory(int device, const MatmulMemory& memory);
 
-// Autotuning (config run.gemm_autotune, set through cuda_ops::set_gemm_autotune): when on, each new GEMM plan
-// (shape, layout, dtypes, epilogue, alignment) asks cuBLASLt's heuristic for up to 8 algorithms and times them
-// on its first call (into scratch outputs), keeping the fastest; when off, the heuristic's first choice. Plans
-// made before a change keep their algorithm.
+struct MatmulOptions {
+  // config run.gemm_autotune (set through set_gemm_autotune, ops/ops.h): each new GEMM plan (shape, layout,
+  // dtypes, epilogue, alignment) asks cuBLASLt's heuristic for up to 8 algorithms and times them on its first call
+  // (into scratch outputs), keeping the fastest; false: the heuristic's first choice.
+  bool autotune = false;
+};
+// Plans made before a change keep their algorithm.
+void set_matmul_options(int device, const MatmulOptions& options);
+// The autotune option alone, on the current device's context.
 void set_matmul_autotune(bool on);
 
 // Column-major, packed: D (m, n) = alpha * op(A) @ op(B) + beta * D, op(A) (m, k), op(B) (k, n).

@@ -5,6 +5,7 @@ Each layer may include its own headers and those of the layers it lists, nothing
 
     base     core/{check,cuda_check,dtype,launch_limits,crc32c,adamw_math}.h: checks, dtypes, limits, shared math
     kernels  raw pointers, sizes and streams (never a Tensor)
+    lab      kernels/lab/: kernel variants kept for comparison; no layer includes it (tests and benchmarks do)
     core     Tensor, allocator, devices, tensor utilities (fill, add, cast: through kernels on CUDA)
     data     token shards, tokenizer
     config   YAML -> structs and their checks (reads shard headers, so above data)
@@ -32,6 +33,7 @@ BASE_FILES = {"core/check.h", "core/cuda_check.h", "core/dtype.h", "core/launch_
 ALLOWED = {
     "base": set(),
     "kernels": {"base"},
+    "lab": {"base", "kernels"},
     "core": {"base", "kernels"},
     "data": {"base", "core"},
     "config": {"base", "core", "data"},
@@ -54,6 +56,8 @@ def layer_of_header(path):
     if path in BASE_FILES:
         return "base"
     top = path.split("/", 1)[0]
+    if path.startswith("kernels/lab/"):
+        return "lab"
     if top == "kernels":
         return "kernels"
     return top if top in ALLOWED and "/" in path else None
@@ -63,7 +67,7 @@ def layer_of_file(rel):
     """The layer of a source file, by its path under the repository."""
     parts = rel.split("/")
     if parts[0] == "kernels":
-        return "kernels"
+        return "lab" if len(parts) > 2 and parts[1] == "lab" else "kernels"
     if parts[0] == "src" and len(parts) > 2:
         inner = "/".join(parts[1:])
         return "base" if inner in BASE_FILES else parts[1]

@@ -149,7 +149,7 @@ Allocator& cuda_allocator(int index) {
     FP8T_CHECK(index >= 0 && index < count, "cuda:{} requested but this machine has {} CUDA device(s)", index,
                count);
     a = std::make_unique<CudaAllocator>(index);
-    kernels::set_matmul_memory({gemm_allocate, gemm_deallocate});
+    kernels::set_matmul_memory(index, {gemm_allocate, gemm_deallocate});
   }
   return *a;
 }

@@ -42,4 +42,9 @@ inline Fp8Format fp8_format_of(DType t) { return t == DType::e4m3 ? Fp8Format::e
 // scaled blocks, the second bf16 (core/adamw_math.h).
 enum class StateDtype { fp32, bf16, fp8 };
 
+// How an FP8 tensor's scales cover its codes (rows = the leading dimensions, cols = the last one): one scale,
+// one per row, one per 1x128 block of a row, one per 128x128 tile. Shared by the quantized tensor
+// (fp8/quantized_tensor.h) and the GEMM operands (kernels/matmul.cuh).
+enum class ScaleLayout : uint8_t { per_tensor, per_row, block_1x128, block_128x128 };
+
 }  // namespace fp8t

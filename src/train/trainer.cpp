@@ -77,7 +77,7 @@ class Trainer {
     accum_ = static_cast<int>(total / tokens_per_micro);
     tokens_per_step_ = total;
     apply_memory_limit(cfg.run);
-    set_gemm_autotune(cfg.run.gemm_autotune);
+    set_gemm_autotune(device_, cfg.run.gemm_autotune);
 
     fs::create_directories(run_dir_);
     log_ = make_run_logger(run_dir_, comm.rank());

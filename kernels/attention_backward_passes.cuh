@@ -1,0 +1,28 @@
+// The first and last passes of the attention backward, around every main pass (mma.sync, wgmma, and the wgmma
+// variants of kernels/lab/): delta with the dQ scratch zeroed, then scale * dQ added into dqkv.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fp8t::kernels {
+
+// How the main pass leaves dQ / scale in the f32 scratch dq_accum.
+enum class DqLayout : uint8_t {
+  rows,   // (B, T, C), added by f32 atomics (the mma.sync kernels)
+  tiles,  // (B * NH, ceil(T / 64), 64 x 64) in fragment order, added by bulk reductions (wgmma, head size 64 only)
+};
+
+// Floats of dq_accum in `layout` for these sizes.
+int64_t attention_dq_floats(DqLayout layout, int B, int T, int NH, int HS);
+
+// delta (B, NH, T) = rowsum(dO * O) per head, from dout and out (B, T, C); dq_accum = 0 in `layout`.
+void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, const __nv_bfloat16* dout,
+                              const __nv_bfloat16* out, int B, int T, int NH, int HS, cudaStream_t stream);
+
+// dqkv's Q part (B, T, 3C) += scale * dq_accum (`layout`), scale = 1 / sqrt(HS).
+void attention_backward_dq(__nv_bfloat16* dqkv, const float* dq_accum, DqLayout layout, int B, int T, int NH, int HS,
+                           cudaStream_t stream);
+
+}  // namespace fp8t::kernels

@@ -1,0 +1,227 @@
+// The main pass of the attention backward at head size 64 on Hopper's warpgroup MMA (wgmma.mma_async, sm_90a),
+// templated on blocks per SM and the dQ path: the product runs one instance (kernels/attention_wgmma_backward.cu),
+// the lab the others (kernels/lab/attention_wgmma_backward_variants.cu).
+// One block = one warpgroup (4 warps) per (64 keys, b*h), over query blocks of 64 from the diagonal on; the
+// block order is that of the mma.sync kernel (kernels/attention_common.cuh). Per query block:
+//   S^T = K Q^T and dP^T = V dO^T        (64 keys x 64 queries; A and B from shared memory)
+//   P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta)   in registers (the accumulator layout)
+//   dV += P^T dO, dK += dS^T Q           (A from registers, B = dO, Q read transposed from shared memory)
+//   dQ = dS K                            (dS^T through shared memory, read transposed) -> dq_accum
+// Tiles as in kernels/attention_wgmma_common.cuh; Q and dO double-buffered; desc_x: the wgmma descriptor of sX.
+#pragma once
+#include "core/launch_limits.h"
+#include "kernels/attention_backward_passes.cuh"
+#include "kernels/attention_wgmma.cuh"
+#include "kernels/attention_wgmma_common.cuh"
+
+namespace fp8t::kernels {
+namespace {
+
+// sK, sV, 2 x sQ, 2 x sdO, sdS^T, then 2 x lse and 2 x delta (f32); +1024 to align the tiles to 1024 bytes;
+// with the tiled dQ layout, a 64 x 64 f32 dQ tile after them.
+constexpr int kSmemBytes = 7 * kTileBytes + 4 * kRows * 4 + 1024, kDqTileBytes = 64 * 64 * 4;
+constexpr int smem_bytes(DqLayout layout) { return kSmemBytes + (layout == DqLayout::tiles ? kDqTileBytes : 0); }
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// kMinBlocks: the blocks per SM that __launch_bounds__ fits registers to. kLayout: how dQ leaves, by f32 atomics
+// into rows, or through the dQ tile in shared memory, added by one bulk asynchronous reduction
+// (cp.reduce.async.bulk) into dq_accum's 64 x 64 tile of (b*h, query block).
+template <int kMinBlocks, DqLayout kLayout>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    attention_backward_wgmma_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
+                                    const bf16* qkv, const float* lse, int BH, int T, int NH, int group, float scale) {
+  constexpr bool kTiles = kLayout == DqLayout::tiles;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  unsigned char* sK = smem;
+  unsigned char* sV = sK + kTileBytes;
+  unsigned char* sQ = sV + kTileBytes;     // 2 stages
+  unsigned char* sdO = sQ + 2 * kTileBytes;  // 2 stages
+  unsigned char* sdSt = sdO + 2 * kTileBytes;
+  float* sLse = reinterpret_cast<float*>(sdSt + kTileBytes);  // 2 x 64, lse * log2(e)
+  float* sDelta = sLse + 2 * kRows;                             // 2 x 64
+  float* sdQ = sDelta + 2 * kRows;                              // (tiles) 64 x 64, fragment order
+
+  const int n_kb = ceil_div(T, kKeys);
+  int bh, kb;
+  backward_block(static_cast<int>(blockIdx.x), BH, n_kb, group, bh, kb);
+  const int b = bh / NH, h = bh % NH, k0 = kb * kKeys;
+  const int C = NH * kHs;
+  const int64_t ld = 3 * int64_t{C};
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int key_lo = k0 + warp * 16;  // this warp's first key (accumulator rows)
+  const bf16* q_base = qkv + int64_t{b} * T * ld + h * kHs;
+  const bf16* do_base = dout + int64_t{b} * T * C + h * kHs;
+  const float* lse_bh = lse + int64_t{bh} * T;
+  const float* delta_bh = delta + int64_t{bh} * T;
+  const int n_qb = ceil_div(T, kRows);
+  const float sl2 = scale * kLog2e;
+
+  auto load_rows = [&](int q0, int st) {
+    load_tile_sw128(sQ + st * kTileBytes, q_base, ld, q0, T);
+    load_tile_sw128(sdO + st * kTileBytes, do_base, C, q0, T);
+    cp_async_commit();
+  };
+  load_tile_sw128(sK, q_base + C, ld, k0, T);
+  load_tile_sw128(sV, q_base + 2 * C, ld, k0, T);
+  load_rows(kb * kRows, 0);
+  if (threadIdx.x < kRows) {  // query rows past T: lse = inf, hence P = 0
+    const int qi = kb * kRows + threadIdx.x;
+    sLse[threadIdx.x] = qi < T ? lse_bh[qi] * kLog2e : INFINITY;
+    sDelta[threadIdx.x] = qi < T ? delta_bh[qi] : 0.0f;
+  }
+
+  float dk[8][4] = {}, dv[8][4] = {};
+  const uint64_t desc_k = sw128_desc(sK), desc_v = sw128_desc(sV), desc_dst = sw128_desc(sdSt);
+
+  for (int qb = kb; qb < n_qb; ++qb) {
+    const int st = (qb - kb) & 1, q0 = qb * kRows;
+    cp_async_wait<0>();    // the only group in flight is stage st (with sK, sV on the first step)
+    fence_async_shared();  // this thread's cp.async writes, visible to the async proxy (wgmma)
+    // Stage st is complete, and every warp's MMAs of step qb - 1 are done: stage st ^ 1 and sdSt are free.
+    __syncthreads();
+    float next_lse = INFINITY, next_delta = 0.0f;
+    if (qb + 1 < n_qb) {
+      load_rows(q0 + kRows, st ^ 1);
+      const int qi = q0 + kRows + threadIdx.x;
+      if (threadIdx.x < kRows && qi < T) {
+        next_lse = lse_bh[qi] * kLog2e;
+        next_delta = delta_bh[qi];
+      }
+    }
+    const uint64_t desc_q = sw128_desc(sQ + st * kTileBytes), desc_do = sw128_desc(sdO + st * kTileBytes);
+
+    // S^T = K Q^T, dP^T = V dO^T: (64 keys, 64 queries), K = the 64 channels.
+    float s[8][4], dp[8][4];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHs / 16; ++kk) {
+      wgmma_ss<0, 0>(s, desc_k + kk * kKStep, desc_q + kk * kKStep, kk > 0);
+      wgmma_ss<0, 0>(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_settle(s);
+    wgmma_settle(dp);
+
+    // P^T, dS^T as A fragments (k = queries); dS^T also into sdSt. Masked on the diagonal step only (the one
+    // where queries precede keys; it also holds every key past T).
+    uint32_t pa[4][4], dsa[4][4];
+    backward_p_ds(s, dp, sLse + st * kRows, sDelta + st * kRows, sl2, qb == kb, q0, key_lo, g, t, pa, dsa,
+                  [&](int j, uint32_t lo, uint32_t hi) {
+                    // dS^T row = key (warp * 16 + g, + 8), columns 8 j + 2 t: chunk j of the row, swizzled.
+                    const int r0 = warp * 16 + g;
+                    *reinterpret_cast<uint32_t*>(sdSt + r0 * 128 + ((j ^ (r0 & 7)) << 4) + 4 * t) = lo;
+                    *reinterpret_cast<uint32_t*>(sdSt + (r0 + 8) * 128 + ((j ^ ((r0 + 8) & 7)) << 4) + 4 * t) = hi;
+                  });
+    // dV += P^T dO, dK += dS^T Q (K = queries; dO and Q are (queries, channels): MN-major B).
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      wgmma_settle(pa[kk]);
+      wgmma_settle(dsa[kk]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kRows / 16; ++kk) {
+      wgmma_rs<1>(dv, pa[kk], desc_do + kk * kMnStep);
+      wgmma_rs<1>(dk, dsa[kk], desc_q + kk * kMnStep);
+    }
+    wgmma_commit();
+
+    // dQ (64 queries, 64 channels) = dS K: A = dS (queries, keys) read from dS^T (MN-major), B = K (keys,
+    // channels): MN-major.
+    fence_async_shared();  // this thread's dS^T stores, visible to wgmma
+    // tiles: the previous step's reduction has read sdQ before the barrier below lets anyone rewrite it.
+    if (kTiles && threadIdx.x == 0) bulk_wait_read();
+    __syncthreads();       // every warp's dS^T rows are in place
+    float dqa[8][4];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk)
+      wgmma_ss<1, 1>(dqa, desc_dst + kk * kMnStep, desc_k + kk * kMnStep, kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_settle(dqa);
+    wgmma_settle(dv);
+    wgmma_settle(dk);
+
+    if constexpr (kTiles) {
+      // Fragment order: the pair (row 16 w + g + 8 r, columns 8 j + 2 t, + 1) at ((w * 8 + j) * 2 + r) * 64 + 2 lane,
+      // so each warp's store is 256 contiguous bytes. Query rows past T hold dS = 0, hence zeros.
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          *reinterpret_cast<float2*>(sdQ + ((warp * 8 + j) * 2 + r) * 64 + 2 * lane) =
+              make_float2(dqa[j][2 * r], dqa[j][2 * r + 1]);
+      fence_async_shared();
+      __syncthreads();
+      if (threadIdx.x == 0) bulk_reduce_add(dq_accum + (int64_t{bh} * n_qb + qb) * 4096, sdQ, kDqTileBytes);
+    } else {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int qi = q0 + warp * 16 + g + 8 * r;
+        if (qi >= T) continue;
+        float* dst = dq_accum + (int64_t{b} * T + qi) * C + h * kHs + 2 * t;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          atomicAdd(reinterpret_cast<float2*>(dst + 8 * j), make_float2(dqa[j][2 * r], dqa[j][2 * r + 1]));
+      }
+    }
+    if (threadIdx.x < kRows) {  // stage st ^ 1 was last read in step qb - 1, before this step's first barrier
+      sLse[(st ^ 1) * kRows + threadIdx.x] = next_lse;
+      sDelta[(st ^ 1) * kRows + threadIdx.x] = next_delta;
+    }
+  }
+
+  if (kTiles && threadIdx.x == 0) bulk_wait_all();  // shared memory must outlive the last reduction's read
+
+  // dK (scaled) and dV added into dqkv: rows key_lo + g (+ 8), channels 8 j + 2 t (+ 1).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int ki = key_lo + g + 8 * r;
+    if (ki >= T) continue;
+    bf16* dk_dst = dqkv + (int64_t{b} * T + ki) * ld + C + h * kHs + 2 * t;
+    bf16* dv_dst = dk_dst + C;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      auto* pk = reinterpret_cast<__nv_bfloat162*>(dk_dst + 8 * j);
+      auto* pv = reinterpret_cast<__nv_bfloat162*>(dv_dst + 8 * j);
+      const float2 ok = __bfloat1622float2(*pk), ov = __bfloat1622float2(*pv);
+      *pk = __floats2bfloat162_rn(ok.x + scale * dk[j][2 * r], ok.y + scale * dk[j][2 * r + 1]);
+      *pv = __floats2bfloat162_rn(ov.x + dv[j][2 * r], ov.y + dv[j][2 * r + 1]);
+    }
+  }
+}
+
+#else  // not sm_90a: never launched (attention_wgmma_available() is false)
+
+template <int kMinBlocks, DqLayout kLayout>
+__global__ void attention_backward_wgmma_kernel(bf16*, float*, const float*, const bf16*, const bf16*, const float*,
+                                                int, int, int, int, float) {
+  __trap();
+}
+
+#endif
+
+template <int kMinBlocks, DqLayout kLayout>
+void launch_backward_wgmma(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
+                           const float* lse, int B, int T, int NH, float scale, cudaStream_t stream) {
+  auto* kernel = attention_backward_wgmma_kernel<kMinBlocks, kLayout>;
+  static const int slots = [kernel] {  // blocks resident at once on the device
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(kLayout)));
+    int device = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes(kLayout)));
+    return sms * std::max(per_sm, 1);
+  }();
+  const int BH = B * NH, n_kb = ceil_div(T, kKeys);
+  kernel<<<BH * n_kb, kThreads, smem_bytes(kLayout), stream>>>(dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH,
+                                                              backward_group(BH, n_kb, T, kHs, slots), scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+}  // namespace fp8t::kernels

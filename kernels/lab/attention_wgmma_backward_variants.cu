@@ -1,0 +1,42 @@
+// The lab's instances of the wgmma attention backward kernel (kernels/attention_wgmma_backward_kernel.cuh), each
+// run between the product's delta and dQ passes (kernels/attention_backward_passes.cuh).
+#include "kernels/attention_wgmma_backward_kernel.cuh"
+#include "kernels/lab/attention_wgmma_backward_variants.cuh"
+
+namespace fp8t::kernels::lab {
+
+const char* variant_name(WgmmaBackwardVariant variant) {
+  switch (variant) {
+    case WgmmaBackwardVariant::atomic_dq_2_blocks: return "atomic dQ, 2 blocks/SM";
+    case WgmmaBackwardVariant::atomic_dq_3_blocks: return "atomic dQ, 3 blocks/SM";
+    case WgmmaBackwardVariant::tiled_dq_2_blocks: return "tiled dQ, 2 blocks/SM";
+  }
+  return "?";
+}
+
+void attention_backward_wgmma(WgmmaBackwardVariant variant, bf16* dqkv, float* dq_accum, float* delta,
+                              const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B, int T,
+                              int NH, cudaStream_t stream) {
+  FP8T_CHECK(attention_wgmma_available(), "lab::attention_backward_wgmma: needs an sm_90a build on a Hopper GPU");
+  FP8T_CHECK(B > 0 && T > 0 && NH > 0 && int64_t{B} * NH * ceil_div(T, kKeys) <= 0x7fffffff,
+             "lab::attention_backward_wgmma: bad sizes B={} T={} NH={}", B, T, NH);
+  FP8T_CHECK(aligned16(qkv) && aligned16(dout) && aligned16(out) && aligned16(dqkv) && aligned16(dq_accum),
+             "lab::attention_backward_wgmma: qkv, dout, out, dqkv and dq_accum must be 16-byte aligned");
+  const float scale = 1.0f / sqrtf(float(kHs));
+  const DqLayout layout = variant == WgmmaBackwardVariant::tiled_dq_2_blocks ? DqLayout::tiles : DqLayout::rows;
+  attention_backward_delta(delta, dq_accum, layout, dout, out, B, T, NH, kHs, stream);
+  switch (variant) {
+    case WgmmaBackwardVariant::atomic_dq_2_blocks:
+      launch_backward_wgmma<2, DqLayout::rows>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream);
+      break;
+    case WgmmaBackwardVariant::atomic_dq_3_blocks:
+      launch_backward_wgmma<3, DqLayout::rows>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream);
+      break;
+    case WgmmaBackwardVariant::tiled_dq_2_blocks:
+      launch_backward_wgmma<2, DqLayout::tiles>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream);
+      break;
+  }
+  attention_backward_dq(dqkv, dq_accum, layout, B, T, NH, kHs, stream);
+}
+
+}  // namespace fp8t::kernels::lab

@@ -1,0 +1,28 @@
+// The wgmma attention backward's main passes kept for comparison with the product's (three blocks per SM, dQ
+// added as tiles: kernels/attention_wgmma_backward.cu). Not in the product library: tests and benchmarks only.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fp8t::kernels::lab {
+
+enum class WgmmaBackwardVariant : uint8_t {
+  atomic_dq_2_blocks,  // dQ by f32 atomics into (B, T, C) rows, two blocks per SM
+  atomic_dq_3_blocks,  // dQ by f32 atomics into rows, three blocks per SM
+  tiled_dq_2_blocks,   // dQ by bulk reductions of 64 x 64 tiles (the product's layout), two blocks per SM
+};
+inline constexpr WgmmaBackwardVariant kWgmmaBackwardVariants[] = {WgmmaBackwardVariant::atomic_dq_2_blocks,
+                                                                  WgmmaBackwardVariant::atomic_dq_3_blocks,
+                                                                  WgmmaBackwardVariant::tiled_dq_2_blocks};
+const char* variant_name(WgmmaBackwardVariant variant);
+
+// kernels::attention_backward at head size 64 on a Hopper with an sm_90a build, with `variant`'s main pass
+// between the product's delta and dQ passes: dqkv (B, T, 3C) bf16 += the gradient. Scratch: dq_accum,
+// attention_dq_scratch_floats(B, T, NH, 64) f32 (enough for every variant), and delta (B, NH, T) f32.
+void attention_backward_wgmma(WgmmaBackwardVariant variant, __nv_bfloat16* dqkv, float* dq_accum, float* delta,
+                              const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const __nv_bfloat16* out,
+                              const float* lse, int B, int T, int NH, cudaStream_t stream);
+
+}  // namespace fp8t::kernels::lab

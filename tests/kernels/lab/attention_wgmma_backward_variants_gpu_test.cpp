@@ -1,0 +1,136 @@
+// The lab's wgmma attention backward variants (kernels/lab/) against the product's backward and the CPU
+// reference; a hidden [.bench] case times each against the product.
+#include <catch2/catch_test_macros.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+#include "kernels/attention.cuh"
+#include "kernels/attention_wgmma.cuh"
+#include "kernels/lab/attention_wgmma_backward_variants.cuh"
+#include "kernels/stream.cuh"
+#include "ops/attention_cuda.h"
+#include "ops/cpu/attention.h"
+#include "util/gpu_test_util.h"
+
+using namespace fp8t;
+using namespace fp8t::test;
+using kernels::lab::WgmmaBackwardVariant;
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kHs = 64;  // the wgmma kernels' only head size
+
+// One backward problem at head size 64; out and lse from the product's forward.
+struct Problem {
+  int B, T, NH, C;
+  std::vector<float> qkv, dout;
+  Tensor tqkv, tdout, out, lse;
+  Problem(int B_, int T_, int NH_, float dout_scale = 1.0f) : B(B_), T(T_), NH(NH_), C(NH_ * kHs) {
+    qkv = round_bf16(randn(int64_t(B) * T * 3 * C));
+    dout = round_bf16(randn(int64_t(B) * T * C, dout_scale));
+    tqkv = upload(qkv, {B, T, 3 * C}, DType::bf16);
+    tdout = upload(dout, {B, T, C}, DType::bf16);
+    out = poisoned({B, T, C}, DType::bf16);
+    lse = poisoned({B, NH, T}, DType::f32);
+    cuda_ops::attention_forward(out, lse, tqkv, NH);
+  }
+  Shape qkv_shape() const { return {B, T, 3 * C}; }
+};
+
+// The scratch of one backward, poisoned: the passes must overwrite what they read.
+struct Scratch {
+  Tensor dq_accum, delta;
+  explicit Scratch(const Problem& p)
+      : dq_accum(poisoned({kernels::attention_dq_scratch_floats(p.B, p.T, p.NH, kHs)}, DType::f32)),
+        delta(poisoned({p.B, p.NH, p.T}, DType::f32)) {}
+};
+
+// dqkv += the gradient, by the lab's backward with `variant`'s main pass.
+void lab_backward(WgmmaBackwardVariant variant, const Problem& p, Tensor& dqkv, Scratch& s) {
+  kernels::lab::attention_backward_wgmma(variant, dqkv.data<bf16>(), s.dq_accum.data<float>(), s.delta.data<float>(),
+                                         p.tdout.data<bf16>(), p.tqkv.data<bf16>(), p.out.data<bf16>(),
+                                         p.lse.data<float>(), p.B, p.T, p.NH, kernels::compute_stream());
+}
+
+// Every variant against the product (tight: they differ only in the order of dQ's f32 sums, hence at most one
+// bf16 rounding of dqkv0 + gradient) and against the CPU reference (the bound of the product's own test).
+void check_variants(int B, int T, int NH) {
+  INFO("B=" << B << " T=" << T << " NH=" << NH);
+  const Problem p(B, T, NH);
+  const int64_t n = int64_t(B) * T * 3 * p.C;
+  std::vector<float> rout(int64_t(B) * T * p.C), rlse(int64_t(B) * NH * T), want(n, 0.0f);
+  cpu::attention_forward(rout.data(), rlse.data(), p.qkv.data(), B, T, p.C, NH);
+  cpu::attention_backward(want.data(), p.dout.data(), p.qkv.data(), rout.data(), rlse.data(), B, T, p.C, NH);
+  const auto dqkv0 = round_bf16(randn(n, float(rms(want))));
+  for (int64_t i = 0; i < n; ++i) want[i] += dqkv0[i];
+
+  Tensor product = upload(dqkv0, p.qkv_shape(), DType::bf16);
+  cuda_ops::attention_backward(product, p.tdout, p.tqkv, p.out, p.lse, NH);
+  const auto ref = download(product);
+  std::vector<float> grad(n);
+  for (int64_t i = 0; i < n; ++i) grad[i] = ref[i] - dqkv0[i];
+  const double floor = 1e-3 * rms(grad);
+  for (WgmmaBackwardVariant v : kernels::lab::kWgmmaBackwardVariants) {
+    INFO("variant: " << kernels::lab::variant_name(v));
+    Tensor dqkv = upload(dqkv0, p.qkv_shape(), DType::bf16);
+    Scratch scratch(p);
+    lab_backward(v, p, dqkv, scratch);
+    const auto got = download(dqkv);
+    int64_t bad = 0, first_bad = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      const double diff = std::abs(double(got[i]) - ref[i]);
+      const bool ok = diff <= std::ldexp(std::max(std::abs(got[i]), std::abs(ref[i])), -7) + floor;  // NaN: not ok
+      if (!ok && bad++ == 0) first_bad = i;
+    }
+    INFO(bad << " elements off the product's; the first at " << first_bad);
+    CHECK(bad == 0);
+    CHECK(rel_err(got, want) < 2e-2);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("lab attention wgmma backward variants", "[gpu][attention][lab]") {
+  if (!kernels::attention_wgmma_available()) SKIP("no sm_90a build on a Hopper GPU");
+  for (int T : {1, 77, 130, 333, 1024}) check_variants(2, T, 3);
+  // A deep grid (at least 8 blocks per resident block slot): the blocks run in bands and groups of heads.
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  check_variants((32 * sms / 4 + 5 + 2) / 3, 256, 3);
+}
+
+// Run: build/tests/fp8t_gpu_tests "lab attention wgmma backward throughput" (kernels/lab/README.md).
+TEST_CASE("lab attention wgmma backward throughput", "[.bench][attention][lab]") {
+  if (!kernels::attention_wgmma_available()) SKIP("no sm_90a build on a Hopper GPU");
+  constexpr int T = 1024, kIters = 10;
+  for (auto [B, NH] : {std::pair{32, 12}, std::pair{16, 25}}) {
+    const Problem p(B, T, NH);
+    Tensor dqkv = Tensor::zeros(p.qkv_shape(), DType::bf16, kGpu);
+    Scratch scratch(p);
+    const double flops = 2.5 * 2.0 * B * NH * double(T) * T * kHs;  // the backward: 2.5 x the causal forward
+    auto time_ms = [&](auto&& run) {
+      for (int warm = 0; warm < 2; ++warm) run();
+      CudaEvent e0 = make_event(true), e1 = make_event(true);
+      const cudaStream_t s = kernels::compute_stream();
+      CUDA_CHECK(cudaEventRecord(e0, s));
+      for (int i = 0; i < kIters; ++i) run();
+      CUDA_CHECK(cudaEventRecord(e1, s));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      return ms / kIters;
+    };
+    auto report = [&](const char* name, float ms) {
+      std::printf("lab attention backward B=%d NH=%d T=%d HS=%d %-24s %.3f ms %.1f TFLOP/s\n", B, NH, T, kHs, name, ms,
+                  flops / ms / 1e9);
+    };
+    report("product", time_ms([&] { cuda_ops::attention_backward(dqkv, p.tdout, p.tqkv, p.out, p.lse, NH); }));
+    for (WgmmaBackwardVariant v : kernels::lab::kWgmmaBackwardVariants)
+      report(kernels::lab::variant_name(v), time_ms([&] { lab_backward(v, p, dqkv, scratch); }));
+  }
+}
