@@ -13,11 +13,11 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "core/tensor.h"
 
 namespace fp8t {
 
-enum class ScaleLayout : uint8_t { per_tensor, per_row, block_1x128, block_128x128 };
 const char* scale_layout_name(ScaleLayout layout);
 // The shape of scale_inv for (rows, cols) codes in `layout` (see above).
 Shape scale_shape(ScaleLayout layout, int64_t rows, int64_t cols);

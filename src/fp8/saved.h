@@ -18,8 +18,6 @@ namespace fp8t {
 // Quantizes x (CUDA bf16 or CPU f32) row by row with scale = 448 / amax(row) (1 when the row's amax is
 // zero or not finite, so the codes stay finite: fp8_scale_from_amax(amax, 448, 0, 1)), and returns the
 // saved form; *roundtrip (if given) receives dequant(q(x)) in x's dtype, a new tensor.
-using Fp8Saved = QuantizedTensor;  // TEMPORARY until the op files are switched
-
 QuantizedTensor fp8_save(const Tensor& x, Tensor* roundtrip);
 // fp8_save that overwrites x's elements with dequant(q(x)) (no new tensor): every handle on x's storage
 // sees the rounded values, so the caller must own x (no view of it, and no saved node that still reads

@@ -50,7 +50,7 @@ k::MatmulOperand operand(const QuantizedTensor& q, bool transposed) {
   FP8T_CHECK(c.defined() && q.layout == ScaleLayout::per_tensor && q.scale_inv.device().is_cuda(),
              "fp8_linear: a GEMM operand needs {} per-tensor codes on the device, got a {} tensor{}",
              transposed ? "transposed" : "row-major", scale_layout_name(q.layout), c.defined() ? "" : " without them");
-  return {c.raw(), c.dtype(), q.scale_inv.data<float>()};
+  return {c.raw(), c.dtype(), q.scale_inv.data<float>(), q.layout};
 }
 
 // Per-tensor FP8 codes (rows, cols), optionally with their transposed copy, scaled by `scale_inv` (1 f32).
