@@ -1,5 +1,6 @@
-// Test helpers for ops: random f64/f32 tensors, and a gradient check that runs an op through the
-// real tape and compares every input gradient to central finite differences in double precision.
+// Test helpers for ops: random f64/f32 tensors, a gradient check that runs an op through the real tape
+// and compares every input gradient to central finite differences in double precision, and the same op
+// in f32 against f64.
 #pragma once
 #include <catch2/catch_test_macros.hpp>
 
@@ -116,8 +117,45 @@ inline double rel_err(const Tensor& a, const Tensor& b) {
   double mx = 0.0;
   for (double v : vb) mx = std::max(mx, std::abs(v));
   double e = 0.0;
-  for (size_t i = 0; i < va.size(); ++i) e = std::max(e, std::abs(va[i] - vb[i]) / (std::abs(vb[i]) + 0.1 * mx + 1e-30));
+  for (size_t i = 0; i < va.size(); ++i)
+    e = std::max(e, std::abs(va[i] - vb[i]) / (std::abs(vb[i]) + 0.1 * mx + 1e-30));
   return e;
+}
+
+// A leaf of the graph that needs a gradient.
+inline Var leaf(Tensor t) { return make_var(std::move(t), true); }
+
+// Forward + backward (seed R) in f64 and in f32 from the same values; outputs and every gradient
+// must agree to FP32 accuracy.
+inline void check_f32_matches_f64(const std::vector<Tensor>& values, const OpFn& f, double tol = 1e-5) {
+  std::vector<Tensor> outs, grads[2];
+  std::mt19937 rng(99);
+  Tensor R;
+  for (int pass = 0; pass < 2; ++pass) {
+    const DType dt = pass == 0 ? DType::f64 : DType::f32;
+    std::vector<Var> vars;
+    for (const Tensor& v : values) vars.push_back(leaf(cast(v, dt)));
+    Tape tape;
+    Var out;
+    {
+      TapeScope scope(&tape);
+      out = f(vars);
+    }
+    if (!R.defined()) R = random_tensor(rng, out->value.shape());
+    grad_of(out).copy_from(cast(R, dt));
+    {
+      TapeScope none(nullptr);
+      tape.run_backward();
+    }
+    outs.push_back(out->value);
+    for (const Var& v : vars) grads[pass].push_back(grad_of(v));
+  }
+  INFO("output");
+  CHECK(rel_err(outs[1], outs[0]) <= tol);
+  for (size_t i = 0; i < values.size(); ++i) {
+    INFO("gradient of input " << i);
+    CHECK(rel_err(grads[1][i], grads[0][i]) <= tol);
+  }
 }
 
 }  // namespace fp8t::test

@@ -1,6 +1,6 @@
-// Checks shared by the GPU FP8 tests (fp8_test.cpp, fp8_dgelu_test.cpp): FP8 codes compared byte for byte,
-// column sums and atomically accumulated gradients within reordered-f32 tolerance, and identical recorded
-// FP8 statistics.
+// Helpers shared by the GPU FP8 tests (tests/fp8/*_gpu_test.cpp): device scale vectors, host-transposed
+// codes, FP8 codes compared byte for byte, column sums and atomically accumulated gradients within
+// reordered-f32 tolerance, and identical recorded FP8 statistics.
 #pragma once
 #include <catch2/catch_test_macros.hpp>
 
@@ -13,6 +13,17 @@
 #include "gpu_test_util.h"
 
 namespace fp8t::test {
+
+// A 1-D f32 device tensor holding v: scales, scale slots and amax/scale/scale_inv triples.
+inline Tensor device_floats(std::vector<float> v) { return upload(v, {static_cast<int64_t>(v.size())}, DType::f32); }
+
+// The (cols, rows) transpose of row-major (rows, cols) FP8 codes, on the host.
+inline std::vector<uint8_t> transpose_codes(const std::vector<uint8_t>& c, int64_t rows, int64_t cols) {
+  std::vector<uint8_t> t(c.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < cols; ++k) t[k * rows + r] = c[r * cols + k];
+  return t;
+}
 
 // The bytes of a device tensor of FP8 codes (after the device's queued work).
 inline std::vector<uint8_t> download_codes(const Tensor& t) {
