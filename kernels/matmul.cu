@@ -328,8 +328,8 @@ void matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, con
   std::lock_guard lk(ctx.mu);
   ctx.ensure_started();
   const PlanKey key{m, n, k, trans_a, trans_b, a.scale != nullptr, b.scale != nullptr, fp8 && fast_accum,
-                    a.scale_layout, b.scale_layout, a.dtype, b.dtype, d_dtype, epilogue, alignment_of(a.data), alignment_of(b.data), alignment_of(d),
-                    has_bias ? alignment_of(bias) : 256};
+                    a.scale_layout, b.scale_layout, a.dtype, b.dtype, d_dtype, epilogue, alignment_of(a.data),
+                    alignment_of(b.data), alignment_of(d), has_bias ? alignment_of(bias) : 256};
   Plan& plan = get_plan(ctx, key);
   if (has_bias) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   if (has_aux) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);

@@ -73,8 +73,8 @@ class CudaAllocator final : public Allocator {
       FP8T_FAIL(
           "CUDA out of memory on cuda:{} allocating {} for {} ({}); device free {} of {}; "
           "this process holds: {}; reserved by the pool {}. To fit: reduce train.micro_batch (`fp8train plan` "
-          "finds the largest that fits; train.micro_batch: auto uses it), raise distributed.zero_stage, set precision.fp8.activation_storage: "
-          "fp8 or fp8_all, or set train.recompute: block",
+          "finds the largest that fits; train.micro_batch: auto uses it), raise distributed.zero_stage, set "
+          "precision.fp8.activation_storage: fp8 or fp8_all, or set train.recompute: block",
           index_, format_bytes(static_cast<int64_t>(bytes)), category_name(cat), cudaGetErrorString(err),
           format_bytes(static_cast<int64_t>(free_b)), format_bytes(static_cast<int64_t>(total_b)),
           stats_.breakdown(), format_bytes(stats_.reserved));

@@ -101,7 +101,8 @@ void Fp8ScalingRecipe::load_state(Fp8TensorMeta& m, const nlohmann::json& s, con
     hist.push_back(a.get<float>());
   }
   const nlohmann::json& pos = field("pos");
-  FP8T_CHECK(pos.is_number_integer() && pos.get<int64_t>() >= 0 && pos.get<int64_t>() < static_cast<int64_t>(hist.size()),
+  FP8T_CHECK(pos.is_number_integer() && pos.get<int64_t>() >= 0 &&
+                 pos.get<int64_t>() < static_cast<int64_t>(hist.size()),
              "FP8 state of {}: amax history position {} is outside [0, {})", where, pos.dump(), hist.size());
   const nlohmann::json& scale = field("scale");
   FP8T_CHECK(scale.is_number() && std::isfinite(scale.get<double>()) && scale.get<double>() > 0 &&
@@ -128,7 +129,10 @@ std::string reduce_step_amax(const std::vector<Fp8TensorMeta*>& metas, const std
   FP8T_CHECK(metas.size() == names.size(), "reduce_step_amax: {} metas but {} names", metas.size(), names.size());
   if (all_reduce_max) {
     std::vector<float> v(metas.size());
-    for (size_t i = 0; i < metas.size(); ++i) v[i] = std::isnan(metas[i]->amax_this_step) ? INFINITY : metas[i]->amax_this_step;
+    for (size_t i = 0; i < metas.size(); ++i) {
+      const float a = metas[i]->amax_this_step;
+      v[i] = std::isnan(a) ? INFINITY : a;
+    }
     all_reduce_max(v);
     for (size_t i = 0; i < metas.size(); ++i) metas[i]->amax_this_step = v[i];
   }
