@@ -357,12 +357,6 @@ void set_matmul_options(int device, const MatmulOptions& options) {
   ctx.options = options;
 }
 
-void set_matmul_autotune(bool on) {
-  DeviceContext& ctx = device_context(current_device());
-  std::lock_guard lk(ctx.mu);
-  ctx.options.autotune = on;
-}
-
 void matmul_cublaslt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, const MatmulOperand& b,
                      bool trans_b, int m, int n, int k, float alpha, float beta, MatmulEpilogue epilogue,
                      const void* bias, void* aux, cudaStream_t stream) {

@@ -50,8 +50,6 @@ struct MatmulOptions {
 };
 // Plans made before a change keep their algorithm.
 void set_matmul_options(int device, const MatmulOptions& options);
-// The autotune option alone, on the current device's context.
-void set_matmul_autotune(bool on);
 
 // Column-major, packed: D (m, n) = alpha * op(A) @ op(B) + beta * D, op(A) (m, k), op(B) (k, n).
 // A is stored (k, m) when trans_a else (m, k); B is stored (n, k) when trans_b else (k, n).

@@ -78,7 +78,7 @@ TEST_CASE("matmul backward accumulates dinp - dweight - dbias", "[gpu][matmul]")
 TEST_CASE("matmul with autotuning - forward and accumulating backward match the CPU", "[gpu][matmul]") {
   // Shapes no other case uses, so their plans are made (and timed) here with autotuning on; the timing
   // runs must leave accumulated outputs (beta 1) untouched.
-  kernels::set_matmul_autotune(true);
+  kernels::set_matmul_options(kGpu.index, {.autotune = true});
   const Shape3 shapes[] = {{96, 256, 320}, {2048, 1024, 1536}, {333, 48, 80}};
   for (auto [M, K, N] : shapes) {
     const auto x = round_bf16(randn(M * K)), w = round_bf16(randn(N * K, 0.05f)), b = round_bf16(randn(N));
@@ -90,7 +90,7 @@ TEST_CASE("matmul with autotuning - forward and accumulating backward match the 
     CHECK(rel_err(download(out), ref) < 1e-2);
     check_backward_accumulates(M, K, N);
   }
-  kernels::set_matmul_autotune(false);
+  kernels::set_matmul_options(kGpu.index, {.autotune = false});
 }
 
 namespace {
