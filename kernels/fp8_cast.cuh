@@ -77,6 +77,10 @@ void fp8_dequantize(const uint8_t* codes, Fp8Format format, int64_t n, const flo
 void fp8_dequantize_transposed(const uint8_t* codes_t, Fp8Format format, int64_t rows, int64_t cols,
                                const float* scale_inv, __nv_bfloat16* out, cudaStream_t stream);
 
+// out_t (cols, rows) = in (rows, cols) transposed, FP8 codes (or any 1-byte elements) copied unchanged: the
+// transposed copy of codes cast elsewhere (a ZeRO rank's all-gathered weight codes). rows, cols >= 1.
+void fp8_transpose(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out_t, cudaStream_t stream);
+
 // *amax = max(*amax, max |in|) with NaN sticking (the caller zeroes *amax first), in (n) seen as (n / cols,
 // cols). input gelu, layernorm or dgelu: the amax of the values fp8_cast with the same input and operands
 // reads (layernorm needs the true cols; the others ignore it).

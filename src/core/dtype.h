@@ -37,6 +37,7 @@ constexpr float fp8_max(Fp8Format f) { return f == Fp8Format::e4m3 ? 448.0f : 57
 uint8_t float_to_fp8(float x, Fp8Format f);  // round-to-nearest-even, saturating, NaN -> NaN
 float fp8_to_float(uint8_t code, Fp8Format f);
 inline Fp8Format fp8_format_of(DType t) { return t == DType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2; }
+inline bool is_fp8_dtype(DType t) { return t == DType::e4m3 || t == DType::e5m2; }
 
 // ---- How AdamW stores its moments (optim.state_dtype): fp32 both; bf16 both; fp8: the first moment E4M3 in
 // scaled blocks, the second bf16 (core/adamw_math.h).

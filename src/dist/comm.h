@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -25,6 +26,9 @@ class Communicator {
   // out (size()*n) = concatenation of every rank's in (n).
   virtual void all_gather(const Tensor& in, Tensor& out) = 0;
   virtual void broadcast(Tensor& t, int root) = 0;
+  // In place, any dtype: rank r contributes elements [cuts[r], cuts[r + 1]) of t (size() + 1 cuts, ascending)
+  // and every rank receives all of t. One broadcast per rank with a non-empty part.
+  void all_gather_v(Tensor& t, const std::vector<int64_t>& cuts);
   virtual void barrier() = 0;
   // t on `root` = op over ranks of t; t on other ranks is left unspecified. ZeRO stage 2 reduces
   // each gradient bucket to the rank that owns it. The default all-reduces (correct, not lean).

@@ -1,5 +1,9 @@
-// The single-process communicator.
+// The single-process communicator, and the collectives every communicator builds from its others.
 #include "dist/comm.h"
+
+#include <algorithm>
+
+#include "core/check.h"
 
 namespace fp8t {
 
@@ -20,6 +24,18 @@ class SingleCommunicator final : public Communicator {
   void barrier() override {}
 };
 }  // namespace
+
+void Communicator::all_gather_v(Tensor& t, const std::vector<int64_t>& cuts) {
+  FP8T_CHECK(cuts.size() == static_cast<size_t>(size()) + 1 && cuts.front() >= 0 && cuts.back() <= t.numel() &&
+                 std::is_sorted(cuts.begin(), cuts.end()),
+             "all_gather_v: {} cuts for {} ranks and {} elements; need {} ascending offsets within the tensor",
+             cuts.size(), size(), t.numel(), size() + 1);
+  for (int r = 0; r < size(); ++r) {
+    if (cuts[r + 1] == cuts[r]) continue;
+    Tensor part = t.slice_flat(cuts[r], {cuts[r + 1] - cuts[r]});
+    broadcast(part, r);
+  }
+}
 
 std::unique_ptr<Communicator> make_single_communicator() { return std::make_unique<SingleCommunicator>(); }
 

@@ -18,15 +18,48 @@
 #include "dist/zero.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "autograd/tape.h"
 #include "ops/ops.h"
 
 namespace fp8t {
 
-GradShard gradient_shard(const DistributedConfig& cfg, int rank, int world) {
+FlatShard gradient_shard(const DistributedConfig& cfg, int rank, int world) {
   if (cfg.zero_stage != 2 || world == 1) return {};
   return {rank, world};
+}
+
+FlatShard master_shard(const DistributedConfig& cfg, int rank, int world) {
+  if (cfg.zero_stage < 1 || world == 1) return {};
+  return {rank, world};
+}
+
+WeightCollectives weight_collectives(Communicator& comm) {
+  if (comm.size() == 1) return {};
+  return {[&comm](Tensor& t) { comm.all_reduce(t, ReduceOp::max); },
+          [&comm](Tensor& t, const std::vector<int64_t>& cuts) { comm.all_gather_v(t, cuts); }};
+}
+
+Tensor gather_master(Communicator& comm, ParameterStore& store) {
+  const Tensor& master = store.master();
+  if (!store.master_sharded()) return master.to(Device::cpu(), MemCategory::workspace);
+  const int64_t W = comm.size(), shard = master.numel();
+  FP8T_CHECK(shard * W == store.padded_numel() && store.master_begin() == comm.rank() * shard,
+             "gather_master: this rank's master [{}, {}) is not shard {} of {} equal shards of {}",
+             store.master_begin(), store.master_begin() + shard, comm.rank(), W, store.padded_numel());
+  Tensor host = Tensor::empty({store.padded_numel()}, DType::f32, Device::cpu(), MemCategory::workspace);
+  const int64_t chunk = std::min<int64_t>(shard, int64_t{16} << 20);
+  Tensor buf = Tensor::empty({W * chunk}, DType::f32, master.device(), MemCategory::comm);
+  for (int64_t at = 0; at < shard; at += chunk) {
+    const int64_t n = std::min(chunk, shard - at);
+    Tensor out = buf.slice_flat(0, {W * n});
+    comm.all_gather(master.slice_flat(at, {n}), out);
+    const Tensor h = out.device().is_cpu() ? out : out.to(Device::cpu(), MemCategory::workspace);
+    for (int64_t r = 0; r < W; ++r)
+      std::memcpy(host.data<float>() + r * shard + at, h.data<float>() + r * n, static_cast<size_t>(n) * 4);
+  }
+  return host;
 }
 
 GradientReducer::GradientReducer(const DistributedConfig& cfg, Communicator& comm, ParameterStore& store)

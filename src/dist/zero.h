@@ -11,6 +11,7 @@
 
 #include "config/config.h"
 #include "dist/comm.h"
+#include "nn/gpt.h"
 #include "nn/params.h"
 #include "optim/adamw.h"
 
@@ -18,7 +19,18 @@ namespace fp8t {
 
 // The gradients a rank's ParameterStore allocates: at ZeRO stage 2 with several ranks only its shard
 // (GradientReducer stages the rest bucket by bucket), else the whole buffer.
-GradShard gradient_shard(const DistributedConfig& cfg, int rank, int world);
+FlatShard gradient_shard(const DistributedConfig& cfg, int rank, int world);
+
+// The part of the f32 master a rank's ParameterStore keeps: at ZeRO stages 1 and 2 with several ranks its
+// optimizer shard (the parameters then travel in their compute dtype: GPT::publish_weights), else all of it.
+FlatShard master_shard(const DistributedConfig& cfg, int rank, int world);
+
+// GPT::publish_weights's collectives over comm (empty functions on a single rank).
+WeightCollectives weight_collectives(Communicator& comm);
+
+// The whole f32 master (padded_numel values, flat order) on the host of every rank, all-gathered from the
+// shards in rounds of at most 64 MiB per rank where the master is sharded (a collective: every rank calls it).
+Tensor gather_master(Communicator& comm, ParameterStore& store);
 
 class GradientReducer {
  public:

@@ -58,7 +58,7 @@ std::string fp8_weight_param(const std::string& layer) { return layer == "lm_hea
 }  // namespace
 
 GPT::GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad_multiple,
-         const PrecisionConfig& precision, GradShard grad_shard)
+         const PrecisionConfig& precision, FlatShard grad_shard, FlatShard master_shard)
     : cfg_(cfg), precision_(precision) {
   FP8T_CHECK(cfg.arch == "gpt2", "model.arch '{}' is not supported: use gpt2", cfg.arch);
   FP8T_CHECK(cfg.d_model % cfg.n_head == 0, "model.d_model {} must divide by model.n_head {}", cfg.d_model,
@@ -67,7 +67,8 @@ GPT::GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad
   plans_.assign(static_cast<size_t>(cfg.n_layer), plan_block({}));
   if (precision.compute != ComputeMode::fp8) {
     params_ = std::make_unique<ParameterStore>(gpt2_param_specs(cfg), device, compute_dtype, pad_multiple, grad_dtype,
-                                               std::vector<std::string>{}, grad_shard);
+                                               std::vector<std::string>{}, grad_shard,
+                                               compute_dtype != DType::f32 ? master_shard : FlatShard{});
     return;
   }
   const Fp8Config& f = precision.fp8;
@@ -93,7 +94,10 @@ GPT::GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad
   for (const auto& st : fp8_)
     if (st.get() != fp8_head_) master_only.push_back(fp8_weight_param(st->name));
   params_ = std::make_unique<ParameterStore>(gpt2_param_specs(cfg), device, compute_dtype, pad_multiple, grad_dtype,
-                                             master_only, grad_shard);
+                                             master_only, grad_shard,
+                                             compute_dtype != DType::f32 || !master_only.empty() ? master_shard
+                                                                                               : FlatShard{},
+                                             fp8_dtype(Fp8RoleFormats::from(f.format).forward));
   // CUDA: all FP8 scaling state in one device buffer, moved once per step (fp8/device_meta.h).
   if (device.is_cuda() && !fp8_.empty()) {
     std::vector<std::pair<Fp8DeviceState*, Fp8Metas>> states;
@@ -123,6 +127,52 @@ Fp8LinearState* GPT::fp8_state(const std::string& name) {
 void GPT::on_optimizer_step() {
   for (const auto& st : fp8_) st->on_optimizer_step();
   if (fp8_arena_) fp8_arena_->upload();  // the new scales and zeroed statistics, one copy
+}
+
+void GPT::publish_weights(const WeightCollectives& c) {
+  ParameterStore& P = *params_;
+  if (!P.master_sharded()) return;
+  P.sync_compute();
+  const int64_t m0 = P.master_begin(), m1 = m0 + P.master().numel();
+  struct Piece {  // the part of an FP8 weight this rank keeps the master of
+    Fp8LinearState* st;
+    size_t param;
+    int64_t begin, end;  // flat elements, begin == end where none
+  };
+  std::vector<Piece> pieces;
+  bool from_tensor = false;
+  for (const auto& st : fp8_) {
+    if (st.get() == fp8_head_) continue;  // the tied wte has a compute copy, cast from it on first use
+    const std::string name = fp8_weight_param(st->name);
+    size_t i = 0;
+    while (P.specs()[i].name != name) ++i;
+    const ParamSpec& s = P.specs()[i];
+    const int64_t b = std::clamp(s.offset, m0, m1), e = std::clamp(s.offset + s.numel(), m0, m1);
+    pieces.push_back({st.get(), i, b, std::max(b, e)});
+    from_tensor = from_tensor || st->weight.recipe->scale_from_tensor();
+  }
+  auto master_of = [&](const Piece& p) {  // (an empty view where this rank keeps none of the weight)
+    return P.master().slice_flat(p.end > p.begin ? p.begin - m0 : 0, {p.end - p.begin});
+  };
+  if (from_tensor) {  // current scaling: the scale of the whole weight, from its amax over every rank's part
+    Tensor amax = Tensor::zeros({static_cast<int64_t>(pieces.size())}, DType::f32, P.device(), MemCategory::comm);
+    for (size_t k = 0; k < pieces.size(); ++k)
+      pieces[k].st->weight_piece_amax(master_of(pieces[k]), amax, static_cast<int64_t>(k));
+    if (c.all_reduce_max) c.all_reduce_max(amax);
+    for (size_t k = 0; k < pieces.size(); ++k)
+      if (pieces[k].st->weight.recipe->scale_from_tensor())
+        pieces[k].st->weight_scale_from_amax(amax, static_cast<int64_t>(k));
+  }
+  for (const Piece& p : pieces) {
+    const ParamSpec& s = P.specs()[p.param];
+    const Tensor codes = P.var(p.param)->value.slice_flat(p.end > p.begin ? p.begin - s.offset : 0, {p.end - p.begin});
+    p.st->cast_weight_piece(master_of(p), codes);
+  }
+  if (c.all_gather_v) {
+    if (P.has_compute_copy()) c.all_gather_v(P.compute(), P.compute_cuts());
+    if (P.codes().defined()) c.all_gather_v(P.codes(), P.codes_cuts());
+  }
+  for (const Piece& p : pieces) p.st->adopt_weight_codes(P.var(p.param)->value);
 }
 
 std::string GPT::reduce_fp8_amax(const AmaxAllReduce& all_reduce_max) {
@@ -208,8 +258,7 @@ void GPT::init(uint64_t seed) {
     if (s.name == "wte") n = static_cast<int64_t>(cfg_.vocab_size) * cfg_.d_model;  // padded rows stay 0
     for (int64_t i = 0; i < n; ++i) p[i] = dist(rng);
   }
-  params_->master().copy_from(host.to(params_->device(), MemCategory::workspace));
-  params_->sync_compute();
+  params_->set_master(h);
 }
 
 // Pre-LN GPT-2 block: x + attn(ln_1(x)), then + mlp(ln_2(.)). What is fused and stored is the block's plan.

@@ -2,6 +2,7 @@
 // an lm_head tied to the token embedding. Parameters live in one ParameterStore.
 #pragma once
 #include <array>
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <random>
@@ -13,13 +14,24 @@
 
 namespace fp8t {
 
+// The collectives GPT::publish_weights needs, from the trainer's communicator (nn does not see dist). Both
+// work in place on tensors of the model's device; empty functions stand for a single rank.
+struct WeightCollectives {
+  std::function<void(Tensor&)> all_reduce_max;  // f32
+  // Rank r contributes elements [cuts[r], cuts[r + 1]) and every rank receives the whole tensor.
+  std::function<void(Tensor&, const std::vector<int64_t>& cuts)> all_gather_v;
+};
+
 class GPT {
  public:
   // precision.compute fp8 runs the linears selected by precision.fp8 (kinds, first/last blocks in
   // high precision) through fp8_linear, each with its own scaling state. grad_shard: which gradients
-  // the ParameterStore allocates (ZeRO stage 2: one rank's shard).
+  // the ParameterStore allocates (ZeRO stage 2: one rank's shard); master_shard: which part of the f32
+  // master it keeps (ZeRO stages 1 and 2: one rank's shard; see publish_weights), taken only where the
+  // parameters are published narrower than f32 (a compute dtype below f32, or FP8 weights): otherwise the
+  // master is the compute copy, and the caller all-gathers it whole (ParameterStore::master_sharded() false).
   GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad_multiple = 1,
-      const PrecisionConfig& precision = {}, GradShard grad_shard = {});
+      const PrecisionConfig& precision = {}, FlatShard grad_shard = {}, FlatShard master_shard = {});
 
   // GPT-2 init: weights N(0, 0.02), residual projections (proj, fc2) N(0, 0.02/sqrt(2 n_layer)),
   // biases 0, LayerNorm weight 1; padded vocabulary rows 0. Deterministic in `seed`.
@@ -52,6 +64,13 @@ class GPT {
   Fp8LinearState* fp8_state(const std::string& name);  // null if that linear is not FP8
   // After each optimizer step: new FP8 weight versions, amax histories roll, scales update.
   void on_optimizer_step();
+  // With a sharded master (nn/params.h), after init, load and every on_optimizer_step(): each rank casts the
+  // master it keeps into the compute copies and into the FP8 linears' weight codes (with the weight's scale
+  // for this version; current scaling first max-reduces the weight amax over the ranks), then the copies
+  // and the codes are all-gathered and adopted: the ranks exchange 2 bytes (BF16) or 1 byte (FP8 codes) per
+  // parameter, never the f32 master. A no-op when the master is whole (the FP8 weights are then cast from it
+  // on first use).
+  void publish_weights(const WeightCollectives& collectives);
   // Before on_optimizer_step(): this step's amax of every FP8 tensor (input, weight, grad_output per layer)
   // max-reduced over data-parallel ranks by all_reduce_max where given (fp8/recipe.h, reduce_step_amax), and
   // "h.3.mlp.c_fc input amax is inf, ..." for the non-finite ones; empty when all are finite.

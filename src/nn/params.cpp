@@ -9,25 +9,35 @@ namespace fp8t {
 
 ParameterStore::ParameterStore(std::vector<ParamSpec> specs, Device device, DType compute_dtype,
                                int64_t pad_multiple, DType grad_dtype, const std::vector<std::string>& master_only,
-                               GradShard grad_shard)
-    : specs_(std::move(specs)) {
+                               FlatShard grad_shard, FlatShard master_shard, DType codes_dtype)
+    : specs_(std::move(specs)), shards_(master_shard.count) {
   FP8T_CHECK(pad_multiple >= 1, "pad_multiple must be >= 1");
   FP8T_CHECK(grad_dtype == DType::f32 || grad_dtype == DType::bf16, "gradients must be f32 or bf16, not {}",
              dtype_name(grad_dtype));
-  const bool separate = compute_dtype != DType::f32;
-  int64_t compute_numel = 0;
+  FP8T_CHECK(is_fp8_dtype(codes_dtype),
+             "the codes of parameters without a compute copy must be FP8, not {}", dtype_name(codes_dtype));
+  const bool sharded = master_shard.count > 1;
+  const bool separate = compute_dtype != DType::f32 || sharded;  // a sharded master is never read by ops
+  int64_t compute_numel = 0, codes_numel = 0;
   for (auto& s : specs_) {
     s.offset = numel_;
     numel_ += s.numel();
     const bool master_read = std::find(master_only.begin(), master_only.end(), s.name) != master_only.end();
     s.compute_offset = separate && !master_read ? compute_numel : -1;
     if (s.compute_offset >= 0) compute_numel += s.numel();
+    codes_offset_.push_back(sharded && master_read ? codes_numel : -1);
+    if (codes_offset_.back() >= 0) codes_numel += s.numel();
   }
   for (const std::string& name : master_only)
     FP8T_CHECK(std::any_of(specs_.begin(), specs_.end(), [&](const ParamSpec& s) { return s.name == name; }),
                "no parameter named '{}' (asked to have no compute copy)", name);
   padded_ = (numel_ + pad_multiple - 1) / pad_multiple * pad_multiple;
-  master_ = Tensor::zeros({padded_}, DType::f32, device, MemCategory::parameters);
+  FP8T_CHECK(master_shard.count >= 1 && master_shard.index >= 0 && master_shard.index < master_shard.count &&
+                 padded_ % master_shard.count == 0,
+             "master shard {} of {} does not cut the {} padded elements evenly (pad to a multiple of the ranks)",
+             master_shard.index, master_shard.count, padded_);
+  master_begin_ = master_shard.index * (padded_ / master_shard.count);
+  master_ = Tensor::zeros({padded_ / master_shard.count}, DType::f32, device, MemCategory::parameters);
   FP8T_CHECK(grad_shard.count >= 1 && grad_shard.index >= 0 && grad_shard.index < grad_shard.count &&
                  padded_ % grad_shard.count == 0,
              "gradient shard {} of {} does not cut the {} padded elements evenly (pad to a multiple of the ranks)",
@@ -37,6 +47,7 @@ ParameterStore::ParameterStore(std::vector<ParamSpec> specs, Device device, DTyp
   grads_ = Tensor::zeros({grads_numel}, grad_dtype, device, MemCategory::gradients);
   if (separate && compute_numel > 0)
     compute_ = Tensor::zeros({compute_numel}, compute_dtype, device, MemCategory::parameters);
+  if (codes_numel > 0) codes_ = Tensor::zeros({codes_numel}, codes_dtype, device, MemCategory::fp8_cache);
   for (const auto& s : specs_) {  // runs of parameters contiguous in both buffers, for sync_compute
     if (s.compute_offset < 0) continue;
     ParamSpec* last = compute_runs_.empty() ? nullptr : &compute_runs_.back();
@@ -45,9 +56,11 @@ ParameterStore::ParameterStore(std::vector<ParamSpec> specs, Device device, DTyp
     else
       compute_runs_.push_back({"", {s.numel()}, false, s.offset, s.compute_offset});
   }
-  for (const auto& s : specs_) {
-    Tensor value = s.compute_offset >= 0 ? compute_.slice_flat(s.compute_offset, s.shape)
-                                         : master_.slice_flat(s.offset, s.shape);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const ParamSpec& s = specs_[i];
+    Tensor value = s.compute_offset >= 0   ? compute_.slice_flat(s.compute_offset, s.shape)
+                   : codes_offset_[i] >= 0 ? codes_.slice_flat(codes_offset_[i], s.shape)
+                                           : master_.slice_flat(s.offset, s.shape);
     Var v = make_var(std::move(value), true, s.name);
     if (!grads_sharded()) v->grad = grads_.slice_flat(s.offset, s.shape);
     vars_.push_back(std::move(v));
@@ -84,10 +97,34 @@ void ParameterStore::zero_grads() { grads_.zero_(); }
 
 void ParameterStore::sync_compute() {
   if (!compute_.defined()) return;
+  const int64_t m0 = master_begin_, m1 = master_begin_ + master_.numel();
   for (const ParamSpec& s : compute_runs_) {  // in place: no full-size temporary
-    Tensor dst = compute_.slice_flat(s.compute_offset, {s.numel()});
-    cast_into(dst, master_.slice_flat(s.offset, {s.numel()}));
+    const int64_t b = std::max(s.offset, m0), e = std::min(s.offset + s.numel(), m1);
+    if (b >= e) continue;
+    Tensor dst = compute_.slice_flat(s.compute_offset + (b - s.offset), {e - b});
+    cast_into(dst, master_.slice_flat(b - m0, {e - b}));
   }
+}
+
+void ParameterStore::set_master(const float* full) {
+  const int64_t n = std::min(numel_, master_begin_ + master_.numel()) - master_begin_;
+  if (n > 0) copy_bytes(master_.raw(), master_.device(), full + master_begin_, Device::cpu(), n * sizeof(float));
+  sync_compute();
+}
+
+std::vector<int64_t> ParameterStore::cuts(bool codes) const {
+  const int64_t shard = padded_ / shards_;
+  std::vector<int64_t> out;
+  for (int64_t r = 0; r <= shards_; ++r) {
+    const int64_t x = r * shard;
+    int64_t at = 0;  // elements of the packed buffer before flat element x
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      const ParamSpec& s = specs_[i];
+      if ((codes ? codes_offset_[i] : s.compute_offset) >= 0) at += std::clamp(x - s.offset, int64_t{0}, s.numel());
+    }
+    out.push_back(at);
+  }
+  return out;
 }
 
 }  // namespace fp8t

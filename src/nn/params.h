@@ -2,7 +2,8 @@
 // tensors are views. Buffers are padded to a multiple of `pad_multiple` elements so a ZeRO shard
 // (an offset range) is the same size on every rank. Parameters read only by FP8 GEMMs (whose FP8
 // copies are cast from the master) have no compute copy: the compute buffer holds the others,
-// packed in the same order. At ZeRO stage 2 only one shard of the gradient buffer is allocated.
+// packed in the same order. At ZeRO stage 2 only one shard of the gradient buffer is allocated; at
+// stages 1 and 2 with several ranks only one shard of the master (see ParameterStore).
 #pragma once
 #include <string>
 #include <vector>
@@ -30,11 +31,11 @@ struct DecaySegment {
   int64_t compute = -1;
 };
 
-// Which part of the gradient buffer a store allocates: shard `index` of `count` equal shards. count 1
-// is the whole buffer, every parameter's gradient a view of it; with count > 1 (ZeRO stage 2) the
-// parameters have no gradient views: their gradients come from staging buckets (GradCell::make_grad,
-// dist/zero.h) and only the shard, which receives the rank-summed gradient, is kept.
-struct GradShard {
+// Which part of a flat buffer a store allocates: shard `index` of `count` equal shards; count 1 is the
+// whole buffer. Gradients with count > 1 (ZeRO stage 2): the parameters have no gradient views, their
+// gradients come from staging buckets (GradCell::make_grad, dist/zero.h) and only the shard, which
+// receives the rank-summed gradient, is kept. Master with count > 1 (ZeRO stages 1 and 2): see below.
+struct FlatShard {
   int index = 0;
   int count = 1;
 };
@@ -46,14 +47,36 @@ class ParameterStore {
   // allocated too, except for the parameters named in `master_only`, whose Vars are views of the
   // master (an FP8 linear casts its FP8 weight from there). `grad_shard` says which gradients are
   // allocated; its count must divide the padded length.
+  //
+  // `master_shard` with count > 1 (ZeRO stages 1 and 2 on several ranks) keeps only that shard of the
+  // f32 master; the parameters are then published in their compute dtype, never as f32 masters: every
+  // parameter with a compute copy gets one (f32 too when compute_dtype is f32), and each `master_only`
+  // parameter's Var value is its FP8 codes (`codes_dtype`, a view of codes()), cast from the master by
+  // the rank owning each element. sync_compute() then writes only the copies of this rank's elements; the
+  // caller all-gathers compute() and codes() with the cuts compute_cuts() / codes_cuts() (nn/gpt.h,
+  // GPT::publish_weights).
   ParameterStore(std::vector<ParamSpec> specs, Device device, DType compute_dtype, int64_t pad_multiple,
                  DType grad_dtype = DType::f32, const std::vector<std::string>& master_only = {},
-                 GradShard grad_shard = {});
+                 FlatShard grad_shard = {}, FlatShard master_shard = {}, DType codes_dtype = DType::e4m3);
 
   int64_t numel() const { return numel_; }         // real parameters
   int64_t padded_numel() const { return padded_; } // buffer length, a multiple of pad_multiple
   const std::vector<ParamSpec>& specs() const { return specs_; }
-  Tensor& master() { return master_; }             // f32 (padded_numel)
+  // f32: elements [master_begin(), master_begin() + master().numel()) of the flat buffer (all padded_numel
+  // of them unless the master is sharded).
+  Tensor& master() { return master_; }
+  int64_t master_begin() const { return master_begin_; }
+  bool master_sharded() const { return master_.numel() != padded_; }
+  // Sets the master from `full` (numel() host f32 values in flat order): the elements this store keeps.
+  // Then sync_compute().
+  void set_master(const float* full);
+  // Sharded master: the FP8 codes of the master_only parameters, packed in flat order (undefined when
+  // there are none, or the master is whole).
+  Tensor& codes() { return codes_; }
+  // Sharded master: cuts[r] .. cuts[r + 1] is the range of compute() (of codes()) that shard r of the
+  // master writes, for an all-gather with per-rank counts (count + 1 offsets).
+  std::vector<int64_t> compute_cuts() const { return cuts(false); }
+  std::vector<int64_t> codes_cuts() const { return cuts(true); }
   // The allocated gradients, grad_dtype: elements [grads_begin(), grads_begin() + grads().numel()) of
   // the flat buffer (all padded_numel of them unless the gradients are sharded).
   Tensor& grads() { return grads_; }
@@ -76,14 +99,18 @@ class ParameterStore {
   std::vector<DecaySegment> segments(int64_t begin, int64_t end) const;
 
   void zero_grads();  // grads(): the whole buffer, or the shard
-  // Refresh the compute copy from the master weights (after init, load or an optimizer step).
+  // Refresh the compute copy from the master weights (after init, load or an optimizer step); with a
+  // sharded master only the copies of this rank's elements (the codes are the caller's).
   void sync_compute();
 
  private:
+  std::vector<int64_t> cuts(bool codes) const;
+
   std::vector<ParamSpec> specs_;
-  int64_t numel_ = 0, padded_ = 0, grads_begin_ = 0;
+  int64_t numel_ = 0, padded_ = 0, grads_begin_ = 0, master_begin_ = 0, shards_ = 1;
   std::vector<ParamSpec> compute_runs_;  // maximal runs contiguous in the master and compute buffers
-  Tensor master_, grads_, compute_;
+  std::vector<int64_t> codes_offset_;    // sharded master: each parameter's offset in codes_, or -1
+  Tensor master_, grads_, compute_, codes_;
   std::vector<Var> vars_;
 };
 

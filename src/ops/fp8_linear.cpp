@@ -2,6 +2,7 @@
 // src/ops/fp8_linear_cuda.cpp), the per-step FP8 weight cache and the CPU backward node.
 #include "ops/fp8_linear.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <utility>
@@ -20,12 +21,21 @@ namespace fp8t {
 
 // ---------------------------------------------------------------- state
 
+namespace {
+void check_not_codes(const Fp8LinearState& st, const Tensor& w) {
+  FP8T_CHECK(!is_fp8_dtype(w.dtype()),
+             "fp8_linear ({}): the weight is given as FP8 codes (a ZeRO-sharded master) but no codes were adopted "
+             "for this weight version: GPT::publish_weights must run after every optimizer step", st.name);
+}
+}  // namespace
+
 Fp8LinearState::Fp8LinearState(std::string n, const Fp8Config& c)
     : name(std::move(n)), cfg(c), formats(Fp8RoleFormats::from(c.format)), input(formats.forward, c),
       weight(formats.forward, c), grad_output(formats.backward, c) {}
 
 const QuantizedTensor& Fp8LinearState::weight_for_step(const Tensor& w) {
   if (cache_valid && cached_version == weight_version) return weight_fp8;
+  check_not_codes(*this, w);
   FP8T_CHECK(w.device().is_cpu() && w.dtype() == DType::f32, "fp8_linear ({}): weight must be host f32, got {}",
              name, w.str());
   const float scale = weight.host_cast_scale(w.data<float>(), w.numel());
@@ -46,6 +56,64 @@ void Fp8LinearState::on_optimizer_step() {
   input.end_step();
   weight.end_step();
   grad_output.end_step();
+}
+
+void Fp8LinearState::weight_piece_amax(const Tensor& piece, Tensor& amax, int64_t index) {
+  FP8T_CHECK(piece.dtype() == DType::f32 && amax.dtype() == DType::f32 && index >= 0 && index < amax.numel() &&
+                 piece.device() == amax.device(),
+             "fp8_linear ({}): weight_piece_amax takes an f32 piece and an f32 amax on its device, got {} and {}[{}]",
+             name, piece.str(), amax.str(), index);
+  if (piece.numel() == 0) return;
+#ifdef FP8T_HAVE_CUDA
+  if (piece.device().is_cuda()) return detail::fp8_weight_piece_amax_cuda(piece, amax.data<float>() + index);
+#endif
+  float& a = amax.data<float>()[index];
+  const float* p = piece.data<float>();
+  for (int64_t i = 0; i < piece.numel(); ++i)  // NaN sticks, as in the device amax
+    a = std::isnan(p[i]) || std::isnan(a) ? NAN : std::max(a, std::fabs(p[i]));
+}
+
+void Fp8LinearState::weight_scale_from_amax(const Tensor& amax, int64_t index) {
+#ifdef FP8T_HAVE_CUDA
+  if (amax.device().is_cuda()) return detail::fp8_weight_scale_from_amax_cuda(*this, amax, index);
+#endif
+  (void)weight.scale_for_cast(amax.data<float>()[index]);
+}
+
+void Fp8LinearState::cast_weight_piece(const Tensor& piece, Tensor codes) {
+  FP8T_CHECK(piece.dtype() == DType::f32 && codes.dtype() == fp8_dtype(formats.forward) &&
+                 piece.numel() == codes.numel() && piece.device() == codes.device(),
+             "fp8_linear ({}): cast_weight_piece takes f32 values and as many {} codes on one device, got {} and {}",
+             name, dtype_name(fp8_dtype(formats.forward)), piece.str(), codes.str());
+#ifdef FP8T_HAVE_CUDA
+  if (piece.device().is_cuda()) return detail::fp8_cast_weight_piece_cuda(*this, piece, codes);
+#endif
+  Fp8CastStats stats;
+  if (piece.numel() > 0) {
+    const QuantizedTensor q =
+        quantize(piece, ScaleLayout::per_tensor, formats.forward, weight.scale, MemCategory::workspace, &stats);
+    codes.copy_from(q.codes);
+  }
+  weight.record(stats.amax, stats.saturated);
+}
+
+void Fp8LinearState::adopt_weight_codes(const Tensor& codes) {
+  FP8T_CHECK(codes.ndim() == 2 && codes.dtype() == fp8_dtype(formats.forward),
+             "fp8_linear ({}): adopt_weight_codes takes (OC, IC) {} codes, got {}", name,
+             dtype_name(fp8_dtype(formats.forward)), codes.str());
+#ifdef FP8T_HAVE_CUDA
+  if (codes.device().is_cuda()) detail::fp8_adopt_weight_codes_cuda(*this, codes);
+#endif
+  if (codes.device().is_cpu()) {
+    weight_fp8 = QuantizedTensor{};
+    weight_fp8.codes = codes;
+    weight_fp8.scale_inv = Tensor::from_vector({weight.scale_inv}, {1});
+    weight_fp8.layout = ScaleLayout::per_tensor;
+    weight_fp8.shape = codes.shape();
+  }
+  cached_version = weight_version;
+  cache_valid = true;
+  ++weight_casts;
 }
 
 double Fp8LinearState::weight_error(const Tensor& w) const {
@@ -193,7 +261,9 @@ void check_args(const Var& x, const Var& w, const Var& b, const Fp8LinearState& 
 #endif
     return;
   }
-  FP8T_CHECK(xv.dtype() == DType::f32 && wv.dtype() == DType::f32 && (!b || b->value.dtype() == DType::f32),
+  // w may be this weight version's codes where the master is sharded (adopt_weight_codes).
+  const bool w_ok = wv.dtype() == DType::f32 || (is_fp8_dtype(wv.dtype()) && st.cache_valid);
+  FP8T_CHECK(xv.dtype() == DType::f32 && w_ok && (!b || b->value.dtype() == DType::f32),
              "fp8_linear ({}): the CPU emulation takes f32 x, w and b, got {} and {}", st.name, xv.str(), wv.str());
 }
 }  // namespace

@@ -50,6 +50,21 @@ struct Fp8LinearState {
   void on_optimizer_step();
   // ||dequant(q(w)) - w|| / ||w|| for the scale the next weight cast will use (no state change).
   double weight_error(const Tensor& w) const;
+
+  // ---- A sharded master (ZeRO stages 1 and 2 on several ranks, nn/params.h): each rank casts the part of
+  // the weight whose f32 master it keeps, the codes are all-gathered, and the weight's Var value is then
+  // the codes themselves (nn/gpt.h, GPT::publish_weights). Per optimizer step, after on_optimizer_step():
+  // Current scaling (weight.recipe->scale_from_tensor()): amax[index] = max(amax[index], max |piece|), f32
+  // on the piece's device; once max-reduced over the ranks, weight_scale_from_amax sets this version's scale.
+  void weight_piece_amax(const Tensor& piece, Tensor& amax, int64_t index);
+  void weight_scale_from_amax(const Tensor& amax, int64_t index);
+  // codes (n) = this version's cast of piece (n f32 master values, a part of the weight), with the weight's
+  // scale; its amax and saturation count are recorded as this rank's part (precision.fp8.reduce_amax
+  // completes them). Every rank calls it for every FP8 weight, with an empty piece where it keeps none.
+  void cast_weight_piece(const Tensor& piece, Tensor codes);
+  // The all-gathered codes (OC, IC) of the whole weight serve this weight version (on CUDA with their
+  // transposed copy, made here).
+  void adopt_weight_codes(const Tensor& codes);
 };
 
 // x (..., IC) f32; w (OC, IC) f32; b (OC) or nullptr  ->  (..., OC). Same contract as linear().

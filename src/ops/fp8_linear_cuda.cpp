@@ -84,6 +84,13 @@ void cache_weight_cuda(Fp8LinearState& st, const Tensor& w, Fp8DeviceSlot* slots
   ++st.weight_casts;
 }
 
+// The weight given as codes (a sharded master) is only valid once adopted for this version.
+void check_weight_adopted(const Fp8LinearState& st, const Tensor& w) {
+  FP8T_CHECK(!is_fp8_dtype(w.dtype()) || (st.cache_valid && st.cached_version == st.weight_version),
+             "fp8_linear ({}): the weight is given as FP8 codes (a ZeRO-sharded master) but no codes were adopted "
+             "for this weight version: GPT::publish_weights must run after every optimizer step", st.name);
+}
+
 void expect_cuda(const Tensor& t, DType dtype, const char* what, const std::string& layer) {
   FP8T_CHECK(t.device().is_cuda() && t.dtype() == dtype, "fp8_linear ({}): {} must be a CUDA {} tensor, got {}", layer,
              what, dtype_name(dtype), t.str());
@@ -290,6 +297,37 @@ void backward_stage(const Fp8LinearSaved& s) {
 
 }  // namespace
 
+// ---------------------------------------------------------------- sharded-master weights
+
+void fp8_weight_piece_amax_cuda(const Tensor& piece, float* amax) {
+  k::fp8_amax(piece.raw(), piece.dtype(), piece.numel(), amax, k::compute_stream());
+}
+
+void fp8_weight_scale_from_amax_cuda(Fp8LinearState& st, const Tensor& amax, int64_t index) {
+  Fp8DeviceSlot* s = slot(st.device.slots(amax.device(), st.metas()), Fp8Role::weight);
+  k::fp8_scale_from_amax(amax.data<float>() + index, st.weight.fmax(), st.weight.margin, &s->scale, &s->scale_inv,
+                         k::compute_stream());
+}
+
+void fp8_cast_weight_piece_cuda(Fp8LinearState& st, const Tensor& piece, Tensor& codes) {
+  Fp8DeviceSlot* s = slot(st.device.slots(piece.device(), st.metas()), Fp8Role::weight);
+  if (piece.numel() > 0)
+    k::fp8_cast(piece.raw(), piece.dtype(), 1, piece.numel(), codes.data<uint8_t>(), nullptr, st.formats.forward,
+                &s->scale, stats_into(s), k::compute_stream());
+  st.device.mark_pending(Fp8Role::weight);  // also with no piece: every rank records the weight's amax
+}
+
+void fp8_adopt_weight_codes_cuda(Fp8LinearState& st, const Tensor& codes) {
+  const int64_t OC = codes.dim(0), IC = codes.dim(1);
+  (void)st.device.slots(codes.device(), st.metas());
+  QuantizedTensor& q = st.weight_fp8;
+  if (!q.codes_t.defined() || q.codes_t.shape() != Shape{IC, OC} || q.codes_t.dtype() != codes.dtype())
+    q = per_tensor_codes(OC, IC, codes.dtype(), codes.device(), false, true, MemCategory::fp8_cache,
+                         MemCategory::fp8_cache, st.device.scales_view(Fp8Role::weight).slice_flat(0, {1}));
+  q.codes = codes;
+  k::fp8_transpose(codes.data<uint8_t>(), OC, IC, q.codes_t.data<uint8_t>(), k::compute_stream());
+}
+
 // ---------------------------------------------------------------- forward stage
 
 Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, const InputPrologue& input,
@@ -297,8 +335,11 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   const Tensor& wv = w->value;
   expect_cuda(x->value, DType::bf16, "x", st.name);
   // w: the bf16 compute copy, or the f32 master where the weight has no compute copy (nn/params.h).
-  FP8T_CHECK(wv.device().is_cuda() && (wv.dtype() == DType::bf16 || wv.dtype() == DType::f32),
+  // or, with a sharded master, this version's adopted codes (fp8_adopt_weight_codes_cuda).
+  FP8T_CHECK(wv.device().is_cuda() && (wv.dtype() == DType::bf16 || wv.dtype() == DType::f32 ||
+                                       wv.dtype() == fp8_dtype(st.formats.forward)),
              "fp8_linear ({}): w must be a CUDA bf16 or f32 tensor, got {}", st.name, wv.str());
+  check_weight_adopted(st, wv);
   if (b) expect_cuda(b->value, DType::bf16, "b", st.name);
   const int64_t IC = wv.dim(1), OC = wv.dim(0), M = x->value.numel() / IC;
   FP8T_CHECK(M % 16 == 0 && IC % 16 == 0 && OC % 16 == 0,

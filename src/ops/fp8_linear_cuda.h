@@ -23,4 +23,12 @@ struct InputPrologue {
 Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, const InputPrologue& input = {},
                     bool serve_input = false);
 
+// The CUDA side of Fp8LinearState's sharded-master weight publishing (src/ops/fp8_linear.h): the amax of a
+// piece of the master into *amax, the weight's device scale from a reduced amax, a piece's cast into codes
+// (statistics into the weight's device slot), and the adopted codes' transposed copy.
+void fp8_weight_piece_amax_cuda(const Tensor& piece, float* amax);
+void fp8_weight_scale_from_amax_cuda(Fp8LinearState& st, const Tensor& amax, int64_t index);
+void fp8_cast_weight_piece_cuda(Fp8LinearState& st, const Tensor& piece, Tensor& codes);
+void fp8_adopt_weight_codes_cuda(Fp8LinearState& st, const Tensor& codes);
+
 }  // namespace fp8t::detail

@@ -17,6 +17,9 @@ AdamW::AdamW(const OptimConfig& cfg, ParameterStore& store, int64_t begin, int64
   const int64_t g0 = store.grads_begin(), g1 = g0 + store.grads().numel();
   FP8T_CHECK(g0 <= begin && end <= g1, "AdamW range [{}, {}) outside the allocated gradients [{}, {})", begin, end,
              g0, g1);
+  const int64_t m0 = store.master_begin(), m1 = m0 + store.master().numel();
+  FP8T_CHECK(m0 <= begin && end <= m1, "AdamW range [{}, {}) outside the master this store keeps [{}, {})", begin,
+             end, m0, m1);
   for (const DecaySegment& s : store.segments(begin, end))
     segments_.push_back(
         {s.begin - begin, s.end - begin, s.compute, s.decay ? static_cast<float>(cfg.weight_decay) : 0.0f});
@@ -44,7 +47,7 @@ bool AdamW::step(int step, double lr, double grad_scale) {
   const bool write_compute = store_.device().is_cuda() && store_.compute_dtype() == DType::bf16 && begin_ == 0 &&
                              end_ == store_.padded_numel();
   AdamWBuffers b;
-  b.params = store_.master().data<float>() + begin_;
+  b.params = store_.master().data<float>() + (begin_ - store_.master_begin());
   b.grads = static_cast<const char*>(grads.raw()) +
             (begin_ - store_.grads_begin()) * static_cast<int64_t>(dtype_size(grads.dtype()));
   b.grad_dtype = grads.dtype();

@@ -287,8 +287,7 @@ void load_model_weights(const fs::path& dir, int world_size, ParameterStore& P) 
   Tensor host = Tensor::empty({padded}, DType::f32, Device::cpu(), MemCategory::workspace);
   read_tensor_file(file, host);
   check_finite_weights(host.data<float>(), P.specs(), file);
-  P.master().slice_flat(0, {numel}).copy_from(host.slice_flat(0, {numel}));
-  P.sync_compute();
+  P.set_master(host.data<float>());  // the part this rank keeps, and its compute copies
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // The non-finite weights of a model and the checked re-run of a failed step.
 #include "train/nonfinite.h"
 
+#include <algorithm>
 #include <cctype>
 #include <fmt/ranges.h>
 
@@ -71,19 +72,26 @@ std::string nonfinite_weights(ParameterStore& P, size_t max_names) {
   if (!first_nonfinite(P.master()) && !(P.has_compute_copy() && first_nonfinite(P.compute()))) return "";
   std::vector<std::string> bad;
   size_t count = 0;
+  const int64_t m0 = P.master_begin(), m1 = m0 + P.master().numel();  // the master this rank keeps
   for (size_t i = 0; i < P.specs().size(); ++i) {
     const ParamSpec& s = P.specs()[i];
-    const Tensor master = P.master().slice_flat(s.offset, s.shape);
-    const Tensor& value = P.var(i)->value;  // what the ops read: the compute copy, or a view of the master
+    const int64_t b = std::clamp(s.offset, m0, m1), e = std::clamp(s.offset + s.numel(), m0, m1);
+    // The parameter's elements [b - offset, e - offset) in this rank's master, as a flat piece.
+    const Tensor master = P.master().slice_flat(b - m0, {e - b});
+    // What the ops read: the compute copy, or a view of the master (FP8 codes of a sharded master saturate
+    // and are not checked).
+    const Tensor& value = P.var(i)->value;
     std::optional<int64_t> at = first_nonfinite(master);
     const bool in_master = at.has_value();
-    if (!in_master) at = first_nonfinite(value);
+    if (in_master) *at += b - s.offset;
+    else if (!is_fp8_dtype(value.dtype())) at = first_nonfinite(value);
     if (!at) continue;
     if (++count > max_names) continue;
     const Tensor& where = in_master ? master : value;
+    const int64_t where_at = in_master ? *at - (b - s.offset) : *at;
     std::string index = std::to_string(*at);
     if (s.shape.size() > 1) index += fmt::format(" [{}, {}]", *at / s.shape[1], *at % s.shape[1]);
-    bad.push_back(fmt::format("{} element {} is {}{}", s.name, index, element(where, *at),
+    bad.push_back(fmt::format("{} element {} is {}{}", s.name, index, element(where, where_at),
                               in_master ? "" : fmt::format(" (in its {} copy only)", dtype_name(value.dtype()))));
   }
   std::string text = fmt::format("{}", fmt::join(bad, ", "));

@@ -79,9 +79,12 @@ MemoryPlan plan_memory(const Config& cfg, int world, int time_steps) {
   const DType compute = cfg.run.device.is_cpu() || cfg.precision.compute == ComputeMode::fp32 ? DType::f32
                                                                                               : DType::bf16;
   // As rank 0 of `world`: at ZeRO stage 2 the store holds its gradient shard and the buckets are staged.
-  GPT model(cfg.model, cfg.run.device, compute, world, cfg.precision, gradient_shard(cfg.distributed, 0, world));
+  // At stages 1 and 2 it keeps its shard of the master; its publish_weights gathers nothing (one process).
+  GPT model(cfg.model, cfg.run.device, compute, world, cfg.precision, gradient_shard(cfg.distributed, 0, world),
+            master_shard(cfg.distributed, 0, world));
   model.set_recompute_layernorm(cfg.train.recompute == Recompute::layernorm);
   model.init(cfg.run.seed);
+  model.publish_weights({});
   ParameterStore& P = model.params();
   PlanningComm comm(world);
   GradientReducer reducer(cfg.distributed, comm, P);
@@ -128,6 +131,7 @@ MemoryPlan plan_memory(const Config& cfg, int world, int time_steps) {
       (void)measure(model, reducer, cfg, b);
       (void)optim.step(1, 1e-9f, 1.0f);
       model.on_optimizer_step();
+      model.publish_weights({});
       (void)P.master().slice_flat(0, {1}).to_float_vector();  // wait for the device
     };
     step();  // warm-up: this micro-batch's first allocations and GEMM plans

@@ -81,12 +81,19 @@ class Trainer {
 
     fs::create_directories(run_dir_);
     log_ = make_run_logger(run_dir_, comm.rank());
+    // At ZeRO stages 1 and 2 on several ranks an FP8 weight's codes are cast by the ranks owning its master
+    // elements, so every rank must cast with the same scale: from amaxes reduced over the ranks.
+    FP8T_CHECK(cfg.precision.compute != ComputeMode::fp8 || cfg.precision.fp8.reduce_amax ||
+                   cfg.distributed.zero_stage == 0 || world == 1,
+               "precision.fp8.reduce_amax: false needs distributed.zero_stage: 0 with {} ranks: at stages 1 and 2 "
+               "each rank casts its shard of the FP8 weights, and all ranks must share one scale. Set "
+               "precision.fp8.reduce_amax: true, or distributed.zero_stage: 0", world);
     model_ = std::make_unique<GPT>(cfg.model, device_, compute_dtype_for(cfg), world, cfg.precision,
-                                   gradient_shard(cfg.distributed, comm.rank(), world));
+                                   gradient_shard(cfg.distributed, comm.rank(), world),
+                                   master_shard(cfg.distributed, comm.rank(), world));
     model_->set_recompute_layernorm(cfg.train.recompute == Recompute::layernorm);
     model_->init(cfg.run.seed);
     ParameterStore& P = model_->params();
-    shard_ = P.padded_numel() / world;
     reducer_ = std::make_unique<GradientReducer>(cfg.distributed, comm, P);
     opt_begin_ = reducer_->shard_begin();
     opt_end_ = reducer_->shard_end();
@@ -103,6 +110,7 @@ class Trainer {
       log_->info("--resume {} wins over train.init_from {}", resume->string(), cfg.train.init_from);
     if (resume) restore(*resume);
     else if (!cfg.train.init_from.empty()) log_->info("{}", load_init_weights(cfg, model_->params()));
+    model_->publish_weights(weight_collectives(comm));  // a sharded master's compute copies and FP8 codes
     if (comm.rank() == 0) {
       std::ofstream(run_dir_ / "config.yaml") << cfg.to_yaml();
       metrics_ = std::make_unique<MetricsWriter>(run_dir_ / "metrics.jsonl", step_ > 0);
@@ -143,9 +151,12 @@ class Trainer {
       const int every = cfg_.train.checkpoint_every;
       if ((last && every >= 0) || (every > 0 && step_ % every == 0)) {
         // Skipped steps leave the weights as they were: a checkpoint must not keep NaN/Inf ones unnoticed.
-        if (const std::string bad = nonfinite_weights(model_->params()); !bad.empty())
+        // Decided by all ranks together: each one sees only its shard of a sharded master.
+        const std::string bad = nonfinite_weights(model_->params());
+        if (scalar_sum_over_ranks(comm_, bad.empty() ? 0.0 : 1.0, device_) > 0)
           FP8T_FAIL("step {}: not writing a checkpoint of non-finite weights: {}{}. Resume from an earlier "
-                    "checkpoint, or start again", step_, bad, last_skipped_ ? " (this step was skipped)" : "");
+                    "checkpoint, or start again", step_, bad.empty() ? "on another rank's shard" : bad,
+                    last_skipped_ ? " (this step was skipped)" : "");
         save();
       }
     }
@@ -201,14 +212,16 @@ class Trainer {
       double scale = 1.0 / world;
       if (cfg_.optim.grad_clip > 0 && norm > cfg_.optim.grad_clip) scale *= cfg_.optim.grad_clip / norm;
       const bool compute_written = optim_->step(++opt_steps_, lr, scale);
-      if (cfg_.distributed.zero_stage >= 1 && world > 1) {
-        Tensor mine = P.master().slice_flat(opt_begin_, {shard_});
+      if (cfg_.distributed.zero_stage >= 1 && world > 1 && !P.master_sharded()) {  // f32 parameters: the master
+        Tensor mine = P.master().slice_flat(opt_begin_, {opt_end_ - opt_begin_});
         comm_.all_gather(mine, P.master());
       }
-      if (!compute_written) P.sync_compute();
+      if (!compute_written && !P.master_sharded()) P.sync_compute();  // sharded: publish_weights below
     }
     // Also after a skipped step: its non-finite amaxes are dropped, not carried into the next one.
     model_->on_optimizer_step();
+    // ZeRO stages 1 and 2 on several ranks: every rank's updated shard travels as BF16 copies and FP8 codes.
+    model_->publish_weights(weight_collectives(comm_));
     ++step_;
     tokens_ += tokens_per_step_;
     last_lr_ = lr;
@@ -331,9 +344,9 @@ class Trainer {
 
   void save() {
     const fs::path tmp = checkpoint_tmp_dir(run_dir_, step_);
-    ParameterStore& P = model_->params();
+    const Tensor master = gather_master(comm_, model_->params());  // a collective where the master is sharded
     if (comm_.rank() == 0) {
-      write_tensor_file(tmp / "model.bin", P.master());
+      write_tensor_file(tmp / "model.bin", master);
       write_checkpoint_state(tmp, {step_, comm_.size(), cfg_.distributed.zero_stage, tokens_, cfg_.to_yaml(),
                                    skipped_steps_});
     }
@@ -414,7 +427,7 @@ class Trainer {
   std::unique_ptr<Batch> batch_;
   std::unique_ptr<MetricsWriter> metrics_;
   int accum_ = 1;
-  int64_t tokens_per_step_ = 0, shard_ = 0, opt_begin_ = 0, opt_end_ = 0, tokens_ = 0;
+  int64_t tokens_per_step_ = 0, opt_begin_ = 0, opt_end_ = 0, tokens_ = 0;
   int step_ = 0, opt_steps_ = 0;
   double last_lr_ = 0, last_norm_ = 0, last_step_ms_ = 0;
   bool last_skipped_ = false;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <cstring>
 #include <random>
 
 #include "autograd/tape.h"
@@ -22,6 +23,8 @@
 #include "train/trainer.h"
 
 using namespace fp8t;
+
+#define FP8_TOL 1e-2
 namespace fs = std::filesystem;
 
 namespace {
@@ -199,7 +202,7 @@ TEST_CASE("mpi: ZeRO-2 keeps a gradient shard and staging buckets and matches a 
     }
     Allocator& alloc = allocator_for(Device::cpu());
     const int64_t grads_before = alloc.stats().cur(MemCategory::gradients);
-    GPT model(mc, Device::cpu(), DType::f32, R, pc, GradShard{me, R});
+    GPT model(mc, Device::cpu(), DType::f32, R, pc, FlatShard{me, R});
     model.init(3);
     ParameterStore& P = model.params();
     const int64_t shard = P.padded_numel() / R;
@@ -288,6 +291,95 @@ TEST_CASE("mpi: ZeRO-2 keeps a gradient shard and staging buckets and matches a 
   }
 }
 
+TEST_CASE("mpi: a sharded master publishes the FP8 codes and copies a whole master casts - bit for bit",
+          "[mpi][zero]") {
+  auto comm = test_comm();
+  const int R = comm->size(), me = comm->rank();
+  const ModelConfig mc = staged_model();  // 6 layers of 32 channels: the shard cuts fall inside weights
+  for (const Fp8Scaling scaling : {Fp8Scaling::delayed, Fp8Scaling::current}) {
+    INFO((scaling == Fp8Scaling::delayed ? "delayed" : "current") << " scaling, " << R << " ranks");
+    PrecisionConfig pc;
+    pc.compute = ComputeMode::fp8;
+    pc.grad_dtype = GradDtype::fp32;
+    pc.fp8.scaling = scaling;
+    Allocator& alloc = allocator_for(Device::cpu());
+    const int64_t params_before = alloc.stats().cur(MemCategory::parameters);
+    GPT sharded(mc, Device::cpu(), DType::f32, R, pc, {}, FlatShard{me, R});
+    const int64_t params_sharded = alloc.stats().cur(MemCategory::parameters) - params_before;
+    GPT whole(mc, Device::cpu(), DType::f32, R, pc);
+    ParameterStore& S = sharded.params();
+    ParameterStore& W = whole.params();
+    REQUIRE(S.master_sharded());
+    REQUIRE(!W.master_sharded());
+    CHECK(S.master().numel() * R == W.padded_numel());
+    CHECK(S.master_begin() == me * S.master().numel());
+    // The f32 parameters this rank holds: its master shard, plus copies of what the FP8 linears do not read.
+    CHECK(params_sharded == (S.master().numel() + S.compute().numel()) * 4);
+    CHECK(S.compute().numel() + S.codes().numel() == W.numel());
+
+    for (int step = 0; step < 3; ++step) {
+      INFO("version " << step);
+      if (step == 0) {
+        sharded.init(11);
+        whole.init(11);
+      } else {  // an update: the same new master on both (the whole one's, cut to this rank's shard)
+        std::vector<float> m = W.master().to_float_vector();
+        const std::vector<float> noise = random_values(W.padded_numel(), 100 + step);
+        for (size_t i = 0; i < m.size(); ++i) m[i] += (i < static_cast<size_t>(W.numel())) ? 0.01f * noise[i] : 0;
+        W.set_master(m.data());
+        S.set_master(m.data());
+        // As the trainer ends a step: the amaxes max-reduced over the ranks (each rank cast its pieces), then
+        // the scales of the new version.
+        (void)sharded.reduce_fp8_amax([&](std::vector<float>& v) {
+          Tensor t = Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
+          comm->all_reduce(t, ReduceOp::max);
+          v = t.to_float_vector();
+        });
+        (void)whole.reduce_fp8_amax();
+        sharded.on_optimizer_step();
+        whole.on_optimizer_step();
+      }
+      sharded.publish_weights(weight_collectives(*comm));
+      whole.publish_weights(weight_collectives(*comm));  // a whole master: nothing to do
+      for (size_t i = 0; i < W.specs().size(); ++i) {
+        const std::string& name = W.specs()[i].name;
+        const Tensor& got = S.var(i)->value;
+        if (got.dtype() == DType::f32) {  // a compute copy, gathered: the master's values
+          INFO(name);
+          CHECK(got.to_float_vector() == W.var(i)->value.to_float_vector());
+          continue;
+        }
+        // An FP8 weight: the gathered codes are the codes a whole-master cast makes, with its scale.
+        const std::string layer = name.substr(0, name.size() - std::string(".weight").size());
+        Fp8LinearState* ws = whole.fp8_state(layer);
+        Fp8LinearState* ss = sharded.fp8_state(layer);
+        REQUIRE(ws);
+        REQUIRE(ss);
+        const QuantizedTensor& wq = ws->weight_for_step(W.var(i)->value);
+        const QuantizedTensor& sq = ss->weight_for_step(got);
+        INFO(layer);
+        REQUIRE(sq.codes.nbytes() == wq.codes.nbytes());
+        CHECK(std::memcmp(sq.codes.raw(), wq.codes.raw(), wq.codes.nbytes()) == 0);
+        CHECK(sq.tensor_scale_inv() == wq.tensor_scale_inv());
+        // This rank's part of the amax; reduced over the ranks, the whole weight's.
+        Tensor amax = Tensor::from_vector({ss->weight.amax_this_step}, {1});
+        comm->all_reduce(amax, ReduceOp::max);
+        CHECK(amax.to_float_vector()[0] == ws->weight.amax_this_step);
+      }
+      // The whole master, gathered for a checkpoint, is the whole store's.
+      CHECK(gather_master(*comm, S).to_float_vector() == W.master().to_float_vector());
+      // The same forward: the same loss, bit for bit.
+      Tensor tokens = Tensor::empty({2, 16}, DType::i32), targets = Tensor::empty({2, 16}, DType::i32);
+      for (int i = 0; i < 32; ++i) {
+        tokens.data<int32_t>()[i] = (i * 5 + step) % 64;
+        targets.data<int32_t>()[i] = (i * 3 + 1) % 64;
+      }
+      CHECK(sharded.loss(tokens, targets)->value.to_float_vector() ==
+            whole.loss(tokens, targets)->value.to_float_vector());
+    }
+  }
+}
+
 TEST_CASE("mpi: 20 steps at ZeRO stages 0 - 1 and 2 end at the same weights", "[mpi][zero][train]") {
   auto comm = test_comm();
   const int R = comm->size(), me = comm->rank();
@@ -308,16 +400,20 @@ TEST_CASE("mpi: 20 steps at ZeRO stages 0 - 1 and 2 end at the same weights", "[
     int stage;
     const char* grad_dtype;
     const char* recompute;
+    const char* compute;  // fp32, or fp8 (FP8 weights: stages 1 and 2 keep a master shard and gather codes)
     std::vector<float> weights;
     int64_t optim_bytes = -1, optim_file_bytes = -1, grad_bytes = -1, grad_peak = -1;  // rank 0's, last step
+    int64_t param_bytes = -1, fp8_cache_bytes = -1;                                    // rank 0's, last step
   };
   std::vector<Run> runs;
-  for (auto [stage, grad_dtype, recompute] : {std::tuple{0, "fp32", "none"}, {1, "fp32", "none"}, {2, "fp32", "none"},
-                                              {0, "bf16", "none"}, {2, "bf16", "none"}, {0, "fp32", "block"},
-                                              {2, "fp32", "block"}})
-    runs.push_back({stage, grad_dtype, recompute, {}});
+  for (auto [stage, grad_dtype, recompute, compute] :
+       {std::tuple{0, "fp32", "none", "fp32"}, {1, "fp32", "none", "fp32"}, {2, "fp32", "none", "fp32"},
+        {0, "bf16", "none", "fp32"}, {2, "bf16", "none", "fp32"}, {0, "fp32", "block", "fp32"},
+        {2, "fp32", "block", "fp32"}, {0, "fp32", "none", "fp8"}, {1, "fp32", "none", "fp8"},
+        {2, "fp32", "none", "fp8"}})
+    runs.push_back({stage, grad_dtype, recompute, compute, {}});
   for (Run& run : runs) {
-    const std::string name = fmt::format("stage{}_{}_{}", run.stage, run.grad_dtype, run.recompute);
+    const std::string name = fmt::format("stage{}_{}_{}_{}", run.stage, run.grad_dtype, run.recompute, run.compute);
     // total_batch_tokens = 2 micro-batches of 4x16 per rank: stage 2 reduces both; 3 layers of 32
     // channels, so the shard cuts of 2 and 3 ranks fall inside layers.
     const std::string yaml = fmt::format(R"(
@@ -326,10 +422,11 @@ model: {{n_layer: 3, n_head: 2, d_model: 32, vocab_size: 64, seq_len: 16}}
 data: {{train: {1}/data/train_*.bin, val: {1}/data/val_*.bin}}
 train: {{micro_batch: 4, total_batch_tokens: {5}, max_steps: 20, eval_every: 10, eval_steps: 2, checkpoint_every: 0, recompute: {4}}}
 optim: {{lr: 3.0e-3, warmup_steps: 2, schedule: cosine, weight_decay: 0.1, grad_clip: 1.0}}
-precision: {{grad_dtype: {3}}}
+precision: {{compute: {6}, grad_dtype: {3}}}
 distributed: {{zero_stage: {2}, bucket_mb: 0.01, timeout_s: 120}}
 )",
-                                         name, root.string(), run.stage, run.grad_dtype, run.recompute, 128 * R);
+                                         name, root.string(), run.stage, run.grad_dtype, run.recompute, 128 * R,
+                                         run.compute);
     const Config cfg = parse_config(yaml, name + ".yaml");
     const TrainResult r = train(cfg, *comm);
     CHECK(r.steps == 20);
@@ -351,6 +448,8 @@ distributed: {{zero_stage: {2}, bucket_mb: 0.01, timeout_s: 120}}
       run.optim_bytes = j["memory"]["current"]["optimizer"].get<int64_t>();
       run.grad_bytes = j["memory"]["current"]["gradients"].get<int64_t>();
       run.grad_peak = j["memory"]["peak"]["gradients"].get<int64_t>();
+      run.param_bytes = j["memory"]["current"]["parameters"].get<int64_t>();
+      run.fp8_cache_bytes = j["memory"]["current"]["fp8_cache"].get<int64_t>();
     }
   }
 
@@ -370,15 +469,18 @@ distributed: {{zero_stage: {2}, bucket_mb: 0.01, timeout_s: 120}}
     const Run& run = runs[i];
     if (run.stage == 0) continue;
     const Run& base = *std::find_if(runs.begin(), runs.end(), [&](const Run& b) {
-      return b.stage == 0 && std::string(b.grad_dtype) == run.grad_dtype && std::string(b.recompute) == run.recompute;
+      return b.stage == 0 && std::string(b.grad_dtype) == run.grad_dtype && std::string(b.recompute) == run.recompute &&
+             std::string(b.compute) == run.compute;
     });
-    INFO("stage " << run.stage << " grad_dtype " << run.grad_dtype << " recompute " << run.recompute << " ("
-                  << R << " ranks)");
+    INFO("stage " << run.stage << " grad_dtype " << run.grad_dtype << " recompute " << run.recompute << " compute "
+                  << run.compute << " (" << R << " ranks)");
     REQUIRE(run.weights.size() == base.weights.size());
     const double d = max_diff(run.weights, base.weights), bf16_gap = max_diff(runs[3].weights, runs[0].weights);
     INFO("max weight difference " << d << ", largest weight " << scale << "; stage 0 bf16 vs fp32 gradients "
                                   << bf16_gap);
-    if (std::string(run.grad_dtype) == "bf16") {
+    if (std::string(run.compute) == "fp8") {
+      CHECK(d <= FP8_TOL * scale);
+    } else if (std::string(run.grad_dtype) == "bf16") {
       CHECK(d <= 1e-2 * scale);
       CHECK(d <= 2 * bf16_gap);  // no further from stage 0 than bf16 rounding itself takes it
     } else {
@@ -394,6 +496,28 @@ distributed: {{zero_stage: {2}, bucket_mb: 0.01, timeout_s: 120}}
       CHECK(run.grad_peak < base.grad_peak);
     } else {
       CHECK(run.grad_bytes == base.grad_bytes);
+    }
+    if (std::string(run.compute) == "fp8") {
+      // The f32 master is sharded: 1/R of stage 0's per rank, plus the f32 copies of the parameters the
+      // FP8 linears do not read (embeddings, LayerNorms, biases: what publish_weights gathers for the ops),
+      // while the FP8 weights exist whole only as 1-byte codes.
+      const ModelConfig mc = parse_config(fmt::format(R"(
+model: {{n_layer: 3, n_head: 2, d_model: 32, vocab_size: 64, seq_len: 16}}
+data: {{train: {0}/data/train_*.bin}}
+precision: {{compute: fp8}}
+)", root.string()), "model.yaml").model;
+      PrecisionConfig pc;
+      pc.compute = ComputeMode::fp8;
+      GPT whole(mc, Device::cpu(), DType::f32, R, pc);
+      const ParameterStore& P = whole.params();
+      int64_t fp8_weights = 0;
+      for (const std::string& layer : whole.fp8_layers())
+        if (layer != "lm_head") fp8_weights += P.var(layer + ".weight")->value.numel();
+      REQUIRE(fp8_weights > 0);
+      const int64_t copies = P.padded_numel() - fp8_weights - (P.padded_numel() - P.numel());
+      CHECK(base.param_bytes == P.padded_numel() * 4);
+      CHECK(run.param_bytes == P.padded_numel() / R * 4 + copies * 4);
+      CHECK(run.fp8_cache_bytes >= fp8_weights);
     }
   }
   comm->barrier();
