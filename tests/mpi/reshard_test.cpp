@@ -132,7 +132,8 @@ TEST_CASE("mpi: a checkpoint resumes on another number of ranks and ZeRO stage l
                              {World::one, 1, World::all, 2, "fp32"},   // 1 -> R, stage 1 -> 2
                              {World::all, 2, World::one, 1, "fp32"},   // R -> 1, stage 2 -> 1
                              {World::all, 1, World::all, 2, "fp32"},   // stage 1 -> 2 on R ranks
-                             {World::all, 1, World::one, 1, "fp8"}};   // R -> 1, FP8 state merged
+                             {World::all, 1, World::one, 1, "fp8"},    // R -> 1, FP8 state merged
+                             {World::all, 1, World::all, 2, "fp8"}};   // sharded master to sharded master
   if (R == 3) {
     cases.push_back({World::two, 1, World::all, 1, "fp32"});  // 2 -> 3
     cases.push_back({World::all, 1, World::two, 2, "fp32"});  // 3 -> 2, stage 1 -> 2
