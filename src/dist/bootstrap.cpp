@@ -61,10 +61,6 @@ std::unique_ptr<Communicator> make_mpi_communicator() {
 #endif
 
 #ifdef FP8T_HAVE_NCCL
-// dist/nccl_comm_cuda.cpp. `share_id` makes rank 0's bytes every rank's (over MPI or a file).
-std::unique_ptr<Communicator> make_nccl_communicator(int rank, int world, int device, double timeout_s,
-                                                     const std::function<void(std::span<char>)>& share_id);
-
 namespace {
 // Under srun without MPI: rank 0 writes the NCCL id to the rendezvous file and the others poll for it.
 void share_id_through_file(std::span<char> id, const ProcessInfo& p, const Config& cfg) {

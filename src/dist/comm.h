@@ -3,7 +3,9 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,8 +29,9 @@ class Communicator {
   virtual void all_gather(const Tensor& in, Tensor& out) = 0;
   virtual void broadcast(Tensor& t, int root) = 0;
   // In place, any dtype: rank r contributes elements [cuts[r], cuts[r + 1]) of t (size() + 1 cuts, ascending)
-  // and every rank receives all of t. One broadcast per rank with a non-empty part.
-  void all_gather_v(Tensor& t, const std::vector<int64_t>& cuts);
+  // and every rank receives all of t. By default one broadcast per rank with a non-empty part (NCCL: one
+  // group of them).
+  virtual void all_gather_v(Tensor& t, const std::vector<int64_t>& cuts);
   virtual void barrier() = 0;
   // t on `root` = op over ranks of t; t on other ranks is left unspecified. ZeRO stage 2 reduces
   // each gradient bucket to the rank that owns it. The default all-reduces (correct, not lean).
@@ -49,6 +52,10 @@ class Communicator {
   // where collectives complete or are stream-ordered on return.
   virtual uint64_t ticket() { return 0; }
   virtual void wait(uint64_t ticket) { (void)ticket; }
+
+ protected:
+  // all_gather_v's argument checks.
+  void check_gather_cuts(const Tensor& t, const std::vector<int64_t>& cuts) const;
 };
 
 // A communicator of one rank: every collective is the identity (copies where in != out).
@@ -63,5 +70,12 @@ std::unique_ptr<Communicator> make_mpi_communicator();
 // within `timeout_s`; every collective then runs through rank 0.
 std::unique_ptr<Communicator> make_tcp_communicator(int rank, int world, const std::filesystem::path& rendezvous,
                                                     double timeout_s);
+
+#ifdef FP8T_HAVE_NCCL
+// The NCCL communicator (CUDA tensors of `device`; dist/nccl_comm_cuda.cpp). `share_id` makes rank 0's
+// unique id bytes every rank's (over MPI or a file; nothing to do for one rank).
+std::unique_ptr<Communicator> make_nccl_communicator(int rank, int world, int device, double timeout_s,
+                                                     const std::function<void(std::span<char>)>& share_id);
+#endif
 
 }  // namespace fp8t

@@ -115,6 +115,24 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
+  // One group of broadcasts, rank k's part from rank k, which NCCL runs together (NCCL's all-gather with
+  // per-rank counts). Bytes, so any dtype.
+  void all_gather_v(Tensor& t, const std::vector<int64_t>& cuts) override {
+    check_cuda_tensor(t, "all_gather_v");
+    check_gather_cuts(t, cuts);
+    const auto width = static_cast<int64_t>(dtype_size(t.dtype()));
+    issue("all_gather_v", true, [&](cudaStream_t s) {
+      ncclResult_t r = ncclGroupStart();
+      for (int k = 0; k < size_ && r == ncclSuccess; ++k) {
+        if (cuts[k + 1] == cuts[k]) continue;
+        char* part = static_cast<char*>(t.raw()) + cuts[k] * width;
+        r = ncclBroadcast(part, part, static_cast<size_t>((cuts[k + 1] - cuts[k]) * width), ncclChar, k, comm_, s);
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return r != ncclSuccess ? r : end;
+    });
+  }
+
   // Host-level: returns when every rank got here (a one-element all-reduce, waited for).
   void barrier() override {
     if (!token_.defined()) token_ = Tensor::zeros({1}, DType::f32, Device::cuda(device_), MemCategory::comm);

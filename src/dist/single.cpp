@@ -25,11 +25,15 @@ class SingleCommunicator final : public Communicator {
 };
 }  // namespace
 
-void Communicator::all_gather_v(Tensor& t, const std::vector<int64_t>& cuts) {
+void Communicator::check_gather_cuts(const Tensor& t, const std::vector<int64_t>& cuts) const {
   FP8T_CHECK(cuts.size() == static_cast<size_t>(size()) + 1 && cuts.front() >= 0 && cuts.back() <= t.numel() &&
                  std::is_sorted(cuts.begin(), cuts.end()),
              "all_gather_v: {} cuts for {} ranks and {} elements; need {} ascending offsets within the tensor",
              cuts.size(), size(), t.numel(), size() + 1);
+}
+
+void Communicator::all_gather_v(Tensor& t, const std::vector<int64_t>& cuts) {
+  check_gather_cuts(t, cuts);
   for (int r = 0; r < size(); ++r) {
     if (cuts[r + 1] == cuts[r]) continue;
     Tensor part = t.slice_flat(cuts[r], {cuts[r + 1] - cuts[r]});
