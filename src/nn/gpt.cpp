@@ -202,8 +202,17 @@ nlohmann::json GPT::fp8_stats(bool with_weight_error) const {
                                                         : nlohmann::json(fmt::format("{}", m->last_amax));
       layer[what] = {{"amax", amax}, {"scale", m->scale}, {"saturated", m->last_saturated}};
     }
-    if (with_weight_error)
-      layer["weight_rel_error"] = st->weight_error(params_->var(fp8_weight_param(st->name))->value);
+    if (with_weight_error) {
+      // A sharded master's weight is codes: the error of this rank's part of the master (none if it has none).
+      const ParamSpec* s = nullptr;
+      for (const ParamSpec& p : params_->specs())
+        if (p.name == fp8_weight_param(st->name)) s = &p;
+      const Tensor& w = params_->var(fp8_weight_param(st->name))->value;
+      const int64_t m0 = params_->master_begin(), m1 = m0 + params_->master().numel();
+      const int64_t b = std::clamp(s->offset, m0, m1), e = std::clamp(s->offset + s->numel(), m0, m1);
+      if (!is_fp8_dtype(w.dtype())) layer["weight_rel_error"] = st->weight_error(w);
+      else if (e > b) layer["weight_rel_error"] = st->weight_error(params_->master().slice_flat(b - m0, {e - b}));
+    }
     j[st->name] = std::move(layer);
   }
   return j;
