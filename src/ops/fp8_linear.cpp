@@ -21,13 +21,11 @@ namespace fp8t {
 
 // ---------------------------------------------------------------- state
 
-namespace {
-void check_not_codes(const Fp8LinearState& st, const Tensor& w) {
-  FP8T_CHECK(!is_fp8_dtype(w.dtype()),
+void Fp8LinearState::check_codes_adopted(const Tensor& w) const {
+  FP8T_CHECK(!is_fp8_dtype(w.dtype()) || (cache_valid && cached_version == weight_version),
              "fp8_linear ({}): the weight is given as FP8 codes (a ZeRO-sharded master) but no codes were adopted "
-             "for this weight version: GPT::publish_weights must run after every optimizer step", st.name);
+             "for this weight version: GPT::publish_weights must run after every optimizer step", name);
 }
-}  // namespace
 
 Fp8LinearState::Fp8LinearState(std::string n, const Fp8Config& c)
     : name(std::move(n)), cfg(c), formats(Fp8RoleFormats::from(c.format)), input(formats.forward, c),
@@ -35,7 +33,7 @@ Fp8LinearState::Fp8LinearState(std::string n, const Fp8Config& c)
 
 const QuantizedTensor& Fp8LinearState::weight_for_step(const Tensor& w) {
   if (cache_valid && cached_version == weight_version) return weight_fp8;
-  check_not_codes(*this, w);
+  check_codes_adopted(w);
   FP8T_CHECK(w.device().is_cpu() && w.dtype() == DType::f32, "fp8_linear ({}): weight must be host f32, got {}",
              name, w.str());
   const float scale = weight.host_cast_scale(w.data<float>(), w.numel());
@@ -262,7 +260,8 @@ void check_args(const Var& x, const Var& w, const Var& b, const Fp8LinearState& 
     return;
   }
   // w may be this weight version's codes where the master is sharded (adopt_weight_codes).
-  const bool w_ok = wv.dtype() == DType::f32 || (is_fp8_dtype(wv.dtype()) && st.cache_valid);
+  st.check_codes_adopted(wv);
+  const bool w_ok = wv.dtype() == DType::f32 || is_fp8_dtype(wv.dtype());
   FP8T_CHECK(xv.dtype() == DType::f32 && w_ok && (!b || b->value.dtype() == DType::f32),
              "fp8_linear ({}): the CPU emulation takes f32 x, w and b, got {} and {}", st.name, xv.str(), wv.str());
 }

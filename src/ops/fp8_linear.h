@@ -65,6 +65,8 @@ struct Fp8LinearState {
   // The all-gathered codes (OC, IC) of the whole weight serve this weight version (on CUDA with their
   // transposed copy, made here).
   void adopt_weight_codes(const Tensor& codes);
+  // A weight given as codes (a sharded master) serves only once adopted for this version: else an error.
+  void check_codes_adopted(const Tensor& w) const;
 };
 
 // x (..., IC) f32; w (OC, IC) f32; b (OC) or nullptr  ->  (..., OC). Same contract as linear().

@@ -84,13 +84,6 @@ void cache_weight_cuda(Fp8LinearState& st, const Tensor& w, Fp8DeviceSlot* slots
   ++st.weight_casts;
 }
 
-// The weight given as codes (a sharded master) is only valid once adopted for this version.
-void check_weight_adopted(const Fp8LinearState& st, const Tensor& w) {
-  FP8T_CHECK(!is_fp8_dtype(w.dtype()) || (st.cache_valid && st.cached_version == st.weight_version),
-             "fp8_linear ({}): the weight is given as FP8 codes (a ZeRO-sharded master) but no codes were adopted "
-             "for this weight version: GPT::publish_weights must run after every optimizer step", st.name);
-}
-
 void expect_cuda(const Tensor& t, DType dtype, const char* what, const std::string& layer) {
   FP8T_CHECK(t.device().is_cuda() && t.dtype() == dtype, "fp8_linear ({}): {} must be a CUDA {} tensor, got {}", layer,
              what, dtype_name(dtype), t.str());
@@ -339,7 +332,7 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   FP8T_CHECK(wv.device().is_cuda() && (wv.dtype() == DType::bf16 || wv.dtype() == DType::f32 ||
                                        wv.dtype() == fp8_dtype(st.formats.forward)),
              "fp8_linear ({}): w must be a CUDA bf16 or f32 tensor, got {}", st.name, wv.str());
-  check_weight_adopted(st, wv);
+  st.check_codes_adopted(wv);
   if (b) expect_cuda(b->value, DType::bf16, "b", st.name);
   const int64_t IC = wv.dim(1), OC = wv.dim(0), M = x->value.numel() / IC;
   FP8T_CHECK(M % 16 == 0 && IC % 16 == 0 && OC % 16 == 0,

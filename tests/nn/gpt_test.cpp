@@ -2,6 +2,7 @@
 // activation recompute equivalence.
 #include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <algorithm>
 #include <cmath>
 #include <tuple>
@@ -224,4 +225,75 @@ TEST_CASE("nn: parameters read only by FP8 GEMMs have no compute copy; the rest 
       if (seg.compute >= 0) CHECK(seg.compute + (b - seg.begin) == s.compute_offset + (b - s.offset));
     }
   }
+}
+
+TEST_CASE("nn: a sharded master keeps its shard; copies and codes are cut for an all-gather by shard", "[nn]") {
+  ModelConfig m = small_model();
+  const std::vector<std::string> master_only = {"h.0.attn.c_attn.weight", "h.1.mlp.c_proj.weight"};
+  constexpr int R = 3;
+  std::vector<float> full;
+  for (int r = 0; r < R; ++r) {
+    INFO("shard " << r << " of " << R);
+    ParameterStore P(gpt2_param_specs(m), Device::cpu(), DType::bf16, R, DType::bf16, master_only, {},
+                     FlatShard{r, R});
+    REQUIRE(P.master_sharded());
+    const int64_t shard = P.padded_numel() / R;
+    CHECK(P.master().numel() == shard);
+    CHECK(P.master_begin() == r * shard);
+    if (full.empty()) {
+      full.resize(static_cast<size_t>(P.numel()));
+      for (size_t i = 0; i < full.size(); ++i) full[i] = 0.001f * static_cast<float>(i % 991) - 0.37f;
+    }
+    P.set_master(full.data());
+    // The master holds this shard's values (the padding zeros).
+    const std::vector<float> got = P.master().to_float_vector();
+    for (int64_t i = 0; i < shard; ++i) {
+      const int64_t x = r * shard + i;
+      REQUIRE(got[static_cast<size_t>(i)] == (x < P.numel() ? full[static_cast<size_t>(x)] : 0.0f));
+    }
+    // FP8-only weights are codes; the rest have compute copies, together the whole model.
+    int64_t codes = 0, copies = 0;
+    for (size_t i = 0; i < P.specs().size(); ++i) {
+      const bool fp8_only = std::find(master_only.begin(), master_only.end(), P.specs()[i].name) != master_only.end();
+      CHECK(P.var(i)->value.dtype() == (fp8_only ? DType::e4m3 : DType::bf16));
+      (fp8_only ? codes : copies) += P.specs()[i].numel();
+    }
+    CHECK(P.codes().numel() == codes);
+    CHECK(P.compute().numel() == copies);
+    // Cuts: rank k's elements of the packed buffers, ascending from 0 to the end.
+    const std::vector<int64_t> cc = P.compute_cuts(), kc = P.codes_cuts();
+    REQUIRE(cc.size() == R + 1);
+    REQUIRE(kc.size() == R + 1);
+    CHECK(cc.front() == 0);
+    CHECK(cc.back() == copies);
+    CHECK(kc.front() == 0);
+    CHECK(kc.back() == codes);
+    for (int k = 0; k < R; ++k) CHECK(cc[k + 1] - cc[k] + kc[k + 1] - kc[k] <= shard);
+    // sync_compute wrote exactly the copies of this shard's elements: the others are still zero.
+    for (size_t i = 0; i < P.specs().size(); ++i) {
+      const ParamSpec& s = P.specs()[i];
+      if (s.compute_offset < 0) continue;
+      const std::vector<float> v = P.var(i)->value.to_float_vector();
+      for (int64_t j = 0; j < s.numel(); ++j) {
+        const int64_t x = s.offset + j;
+        const bool mine = x >= r * shard && x < (r + 1) * shard;
+        const float want = mine ? bf16_to_float(float_to_bf16(full[static_cast<size_t>(x)])) : 0.0f;
+        REQUIRE(v[static_cast<size_t>(j)] == want);
+      }
+    }
+  }
+}
+
+TEST_CASE("nn: FP8 weights of a sharded master must be published before a forward", "[nn]") {
+  const ModelConfig m = small_model();
+  PrecisionConfig pc;
+  pc.compute = ComputeMode::fp8;
+  GPT g(m, Device::cpu(), DType::f32, 2, pc, {}, FlatShard{0, 2});
+  g.init(3);
+  const Tensor x = random_tokens(2, 8, m.vocab_size, 1), y = random_tokens(2, 8, m.vocab_size, 2);
+  CHECK_THROWS_WITH(g.loss(x, y), Catch::Matchers::ContainsSubstring("GPT::publish_weights must run"));
+  g.publish_weights({});  // one process: its own half of every FP8 weight, the rest zeros
+  CHECK(std::isfinite(g.loss(x, y)->value.to_float_vector()[0]));
+  g.on_optimizer_step();  // a new weight version: the codes are stale until published again
+  CHECK_THROWS_WITH(g.loss(x, y), Catch::Matchers::ContainsSubstring("GPT::publish_weights must run"));
 }
