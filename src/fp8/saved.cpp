@@ -3,6 +3,7 @@
 #include "fp8/saved.h"
 
 #include "core/check.h"
+#include "fp8/quantize.h"
 
 #ifdef FP8T_HAVE_CUDA
 #include "kernels/fp8_saved.cuh"
@@ -14,13 +15,24 @@ namespace fp8t {
 
 namespace {
 
+constexpr int64_t kParallelMin = 1 << 15;  // elements; below this the host round trip stays on one thread
+
 // The saved form of x; *rt (if given: a tensor of x's shape and dtype, or x itself) receives the round
 // trip.
 QuantizedTensor save_rows(const Tensor& x, Tensor* rt) {
   if (x.device().is_cpu()) {
     FP8T_CHECK(x.dtype() == DType::f32, "fp8_save: CPU tensors must be f32 (FP8 emulation), got {}", x.str());
+    // quantize reads all of x before the round trip is written over it (rt may be x).
     QuantizedTensor s = quantize(x, ScaleLayout::per_row, Fp8Format::e4m3, 1.0f, MemCategory::activations);
-    if (rt) rt->copy_from(dequantize(s, MemCategory::workspace));  // may overwrite x: its codes are taken
+    const int64_t rows = s.rows(), cols = s.cols();
+    if (rt && rows > 0) {
+      const uint8_t* codes = s.codes.data<uint8_t>();
+      const float* scale_inv = s.scale_inv.data<float>();
+      float* out = rt->data<float>();
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * cols > kParallelMin)
+      for (int64_t r = 0; r < rows; ++r)
+        fp8_dequantize(codes + r * cols, cols, scale_inv[r], Fp8Format::e4m3, out + r * cols);
+    }
     return s;
   }
 #ifdef FP8T_HAVE_CUDA

@@ -19,28 +19,13 @@
 #include "ops/fp8_linear.h"
 #include "ops/ops.h"
 #include "train/trainer.h"
+#include "tests/util/model_test_util.h"
 
 using namespace fp8t;
+using namespace fp8t::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-ModelConfig tiny_model(int n_layer) {
-  ModelConfig m;
-  m.n_layer = n_layer;
-  m.n_head = 2;
-  m.d_model = 16;
-  m.vocab_size = 100;
-  m.seq_len = 8;
-  return m;
-}
-
-Tensor tokens(int B, int T, int V, uint32_t seed) {
-  Tensor t = Tensor::empty({B, T}, DType::i32);
-  std::mt19937 rng(seed);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<int32_t>()[i] = static_cast<int32_t>(rng() % V);
-  return t;
-}
 
 PrecisionConfig fp8_precision() {
   PrecisionConfig p;
@@ -65,21 +50,21 @@ std::pair<float, std::vector<float>> loss_and_grads(GPT& model, const Tensor& x,
 
 TEST_CASE("fp8: selective FP8 picks exactly the configured kinds and blocks", "[fp8]") {
   PrecisionConfig p = fp8_precision();
-  CHECK(GPT(tiny_model(4), Device::cpu(), DType::f32).fp8_layers().empty());  // fp32 by default
-  GPT all(tiny_model(2), Device::cpu(), DType::f32, 1, p);
+  CHECK(GPT(small_model(4), Device::cpu(), DType::f32).fp8_layers().empty());  // fp32 by default
+  GPT all(small_model(2), Device::cpu(), DType::f32, 1, p);
   CHECK(all.fp8_layers() == std::vector<std::string>{"h.0.attn.c_attn", "h.0.attn.c_proj", "h.0.mlp.c_fc",
                                                      "h.0.mlp.c_proj", "h.1.attn.c_attn", "h.1.attn.c_proj",
                                                      "h.1.mlp.c_fc", "h.1.mlp.c_proj"});
   p.fp8.layers = {"qkv", "fc2", "lm_head"};
   p.fp8.bf16_first_blocks = 1;
   p.fp8.bf16_last_blocks = 1;
-  GPT some(tiny_model(4), Device::cpu(), DType::f32, 1, p);
+  GPT some(small_model(4), Device::cpu(), DType::f32, 1, p);
   const std::vector<std::string> want = {"h.1.attn.c_attn", "h.1.mlp.c_proj", "h.2.attn.c_attn", "h.2.mlp.c_proj",
                                          "lm_head"};
   REQUIRE(some.fp8_layers() == want);
   // The forward really routes those (and only those) through fp8_linear.
   some.init(1);
-  loss_and_grads(some, tokens(2, 8, 100, 1), tokens(2, 8, 100, 2), false);
+  loss_and_grads(some, random_tokens(2, 8, 100, 1), random_tokens(2, 8, 100, 2), false);
   for (const auto& name : want) {
     CHECK(some.fp8_state(name)->weight_casts == 1);
     CHECK(some.fp8_state(name)->input.recorded_this_step);
@@ -91,9 +76,9 @@ TEST_CASE("fp8: selective FP8 picks exactly the configured kinds and blocks", "[
 }
 
 TEST_CASE("fp8: GPT weight cache - scale updates - stats and recompute", "[fp8]") {
-  GPT model(tiny_model(2), Device::cpu(), DType::f32, 1, fp8_precision());
+  GPT model(small_model(2), Device::cpu(), DType::f32, 1, fp8_precision());
   model.init(2);
-  const Tensor x = tokens(2, 8, 100, 3), y = tokens(2, 8, 100, 4);
+  const Tensor x = random_tokens(2, 8, 100, 3), y = random_tokens(2, 8, 100, 4);
   const auto [l0, g0] = loss_and_grads(model, x, y, false);
   const auto [l1, g1] = loss_and_grads(model, x, y, true);  // second micro-batch, with recompute
   CHECK(std::isfinite(l0));
@@ -127,11 +112,11 @@ TEST_CASE("fp8: GPT weight cache - scale updates - stats and recompute", "[fp8]"
 }
 
 TEST_CASE("fp8: a non-finite amax is reported naming the layer and tensor", "[fp8]") {
-  GPT model(tiny_model(2), Device::cpu(), DType::f32, 1, fp8_precision());
+  GPT model(small_model(2), Device::cpu(), DType::f32, 1, fp8_precision());
   model.init(5);
   model.params().var("h.0.attn.c_attn.weight")->value.data<float>()[7] = INFINITY;
   model.params().var("h.1.ln_2.weight")->value.data<float>()[0] = NAN;
-  const auto [loss, grads] = loss_and_grads(model, tokens(2, 8, 100, 5), tokens(2, 8, 100, 6), false);
+  const auto [loss, grads] = loss_and_grads(model, random_tokens(2, 8, 100, 5), random_tokens(2, 8, 100, 6), false);
   (void)grads;
   const std::string report = model.reduce_fp8_amax();
   INFO(report);
@@ -227,9 +212,9 @@ TEST_CASE("fp8: LayerNorm recompute leaves the FP8 model's gradients bit-identic
     PrecisionConfig p = fp8_precision();
     p.fp8.activation_storage = storage;
     p.fp8.scaling = Fp8Scaling::current;  // no state carried between the two runs
-    GPT model(tiny_model(2), Device::cpu(), DType::f32, 1, p);
+    GPT model(small_model(2), Device::cpu(), DType::f32, 1, p);
     model.init(9);
-    const Tensor x = tokens(2, 8, 100, 5), y = tokens(2, 8, 100, 6);
+    const Tensor x = random_tokens(2, 8, 100, 5), y = random_tokens(2, 8, 100, 6);
     const auto [l0, g0] = loss_and_grads(model, x, y, false);
     model.set_recompute_layernorm(true);
     const auto [l1, g1] = loss_and_grads(model, x, y, false);
@@ -239,7 +224,7 @@ TEST_CASE("fp8: LayerNorm recompute leaves the FP8 model's gradients bit-identic
 }
 
 TEST_CASE("fp8: a damaged FP8 state file is refused with the layer and field, never loaded", "[fp8]") {
-  GPT model(tiny_model(2), Device::cpu(), DType::f32, 1, fp8_precision());
+  GPT model(small_model(2), Device::cpu(), DType::f32, 1, fp8_precision());
   model.init(1);
   const nlohmann::json good = model.fp8_state();
   REQUIRE_NOTHROW(model.load_fp8_state(good));

@@ -10,27 +10,10 @@
 #include "core/allocator.h"
 #include "nn/gpt.h"
 #include "ops/ops.h"
+#include "tests/util/model_test_util.h"
 
 using namespace fp8t;
-
-namespace {
-ModelConfig small_model() {
-  ModelConfig m;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.d_model = 16;
-  m.vocab_size = 100;  // padded to 128
-  m.seq_len = 8;
-  return m;
-}
-
-Tensor random_tokens(int B, int T, int V, uint32_t seed) {
-  Tensor t = Tensor::empty({B, T}, DType::i32);
-  std::mt19937 rng(seed);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<int32_t>()[i] = static_cast<int32_t>(rng() % V);
-  return t;
-}
-}  // namespace
+using namespace fp8t::test;
 
 TEST_CASE("nn: GPT-2 124M has the reference parameter count", "[nn]") {
   ModelConfig m;  // defaults are GPT-2 small

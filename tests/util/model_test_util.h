@@ -1,0 +1,30 @@
+// Helpers for CPU model tests: a tiny GPT configuration and random token batches.
+#pragma once
+#include <cstdint>
+#include <random>
+
+#include "config/config.h"
+#include "core/tensor.h"
+
+namespace fp8t::test {
+
+// A GPT small enough for exact CPU checks: 2 heads, d_model 16, vocabulary 100 (padded to 128), T = 8.
+inline ModelConfig small_model(int n_layer = 2) {
+  ModelConfig m;
+  m.n_layer = n_layer;
+  m.n_head = 2;
+  m.d_model = 16;
+  m.vocab_size = 100;
+  m.seq_len = 8;
+  return m;
+}
+
+// (B, T) i32 tokens drawn uniformly from [0, V) by an mt19937 seeded with `seed`.
+inline Tensor random_tokens(int B, int T, int V, uint32_t seed) {
+  Tensor t = Tensor::empty({B, T}, DType::i32);
+  std::mt19937 rng(seed);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<int32_t>()[i] = static_cast<int32_t>(rng() % V);
+  return t;
+}
+
+}  // namespace fp8t::test
