@@ -10,6 +10,7 @@
 // Head size 64 on a Hopper (sm_90a build) runs the warpgroup-MMA forward and backward main pass of
 // kernels/attention_wgmma.cu instead; the delta and dQ passes here serve both.
 #include "kernels/attention_mma.cuh"
+#include "kernels/device_facts.cuh"
 
 namespace fp8t::kernels {
 namespace {
@@ -101,11 +102,11 @@ __global__ void __launch_bounds__(kFwdThreads, HS == 64 ? 2 : 1)
 template <int HS>
 void launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
   constexpr int bytes = forward_smem_bytes<HS>();
-  static const bool configured = [] {
+  static PerDevice<bool> configured;  // the shared memory limit is set on each device
+  configured.get([] {
     CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     return true;
-  }();
-  (void)configured;
+  });
   const dim3 grid(B * NH, ceil_div(T, kFwdRows));
   attention_forward_kernel<HS><<<grid, kFwdThreads, bytes, stream>>>(out, lse, qkv, T, NH, 1.0f / sqrtf(float(HS)));
   CUDA_CHECK_LAUNCH();

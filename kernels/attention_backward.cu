@@ -4,6 +4,7 @@
 // shares the first and last.
 #include "kernels/attention_backward_passes.cuh"
 #include "kernels/attention_mma.cuh"
+#include "kernels/device_facts.cuh"
 
 namespace fp8t::kernels {
 namespace {
@@ -79,29 +80,22 @@ __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlock
   float* sLse = reinterpret_cast<float*>(sdSt + KEYS * kLdS);  // 2 x (BR) lse * log2(e)
   float* sDelta = sLse + 2 * BR;                               // 2 x (BR)
 
-  const int n_kb = ceil_div(T, KEYS);
-  int bh, kb;
-  backward_block(static_cast<int>(blockIdx.x), BH, n_kb, group, bh, kb);
-  const int b = bh / NH, h = bh % NH, k0 = kb * KEYS;
-  const int C = NH * HS;
-  const int64_t ld = 3 * int64_t{C};
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int key_lo = k0 + warp * 16;  // this warp's first key
-  const bf16* q_base = qkv + int64_t{b} * T * ld + h * HS;
-  const bf16* do_base = dout + int64_t{b} * T * C + h * HS;
-  const float* lse_bh = lse + int64_t{bh} * T;
-  const float* delta_bh = delta + int64_t{bh} * T;
-  const int qb_first = k0 / BR, n_qb = ceil_div(T, BR);
+  const BackwardBlock<KEYS, HS> blk(BH, T, NH, group);  // blk.key_lo: this warp's first key
+  const bf16* q_base = qkv + int64_t{blk.b} * T * blk.ld + blk.h * HS;
+  const bf16* do_base = dout + int64_t{blk.b} * T * blk.C + blk.h * HS;
+  const float* lse_bh = lse + int64_t{blk.bh} * T;
+  const float* delta_bh = delta + int64_t{blk.bh} * T;
+  const int qb_first = blk.k0 / BR, n_qb = ceil_div(T, BR);
   const float sl2 = scale * kLog2e;
 
   // Query rows past T get lse = inf, hence P = 0 and no contribution.
   auto load_rows = [&](int q0, int st) {
-    load_tile<BR, HS, kThreads>(sQ + st * BR * kLd, q_base, ld, q0, T);
-    load_tile<BR, HS, kThreads>(sdO + st * BR * kLd, do_base, C, q0, T);
+    load_tile<BR, HS, kThreads>(sQ + st * BR * kLd, q_base, blk.ld, q0, T);
+    load_tile<BR, HS, kThreads>(sdO + st * BR * kLd, do_base, blk.C, q0, T);
     cp_async_commit();
   };
-  load_tile<KEYS, HS, kThreads>(sK, q_base + C, ld, k0, T);
-  load_tile<KEYS, HS, kThreads>(sV, q_base + 2 * C, ld, k0, T);
+  load_tile<KEYS, HS, kThreads>(sK, q_base + blk.C, blk.ld, blk.k0, T);
+  load_tile<KEYS, HS, kThreads>(sV, q_base + 2 * blk.C, blk.ld, blk.k0, T);
   load_rows(qb_first * BR, 0);
   if (threadIdx.x < BR) {
     const int qi = qb_first * BR + threadIdx.x;
@@ -113,7 +107,7 @@ __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlock
   // dQ (BR, HS) of a step split over the warps: kRowTiles row tiles of 16 times HS / kCols column slices.
   constexpr int kRowTiles = BR / 16, kCols = HS * kRowTiles / kWarps;
   static_assert(kWarps % kRowTiles == 0 && kCols % 16 == 0, "dQ tiles must divide evenly over the warps");
-  const int dq_row = (warp % kRowTiles) * 16, dq_col = (warp / kRowTiles) * kCols;
+  const int dq_row = (blk.warp % kRowTiles) * 16, dq_col = (blk.warp / kRowTiles) * kCols;
 
   for (int qb = qb_first; qb < n_qb; ++qb) {
     const int st = (qb - qb_first) & 1, q0 = qb * BR;
@@ -135,21 +129,21 @@ __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlock
 
     // 16-query chunks whose every query precedes every key of this warp are masked whole (P = dS = 0): their
     // MMAs are skipped, and the mask below zeroes their P. Warp-uniform; only on the diagonal steps.
-    auto live = [&](int chunk) { return q0 + 16 * chunk + 15 >= key_lo; };
+    auto live = [&](int chunk) { return q0 + 16 * chunk + 15 >= blk.key_lo; };
 
     // S^T = K Q^T and dP^T = V dO^T, (16 keys, BR queries) for this warp.
     float s[BR / 8][4] = {}, dp[BR / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < HS / 16; ++kk) {
       uint32_t ka[4], va[4];
-      ldmatrix_x4(ka, frag_rows16(sK + warp * 16 * kLd + kk * 16, kLd, lane));
-      ldmatrix_x4(va, frag_rows16(sV + warp * 16 * kLd + kk * 16, kLd, lane));
+      ldmatrix_x4(ka, frag_rows16(sK + blk.warp * 16 * kLd + kk * 16, kLd, blk.lane));
+      ldmatrix_x4(va, frag_rows16(sV + blk.warp * 16 * kLd + kk * 16, kLd, blk.lane));
 #pragma unroll
       for (int jp = 0; jp < BR / 16; ++jp) {
         if (!live(jp)) continue;
         uint32_t qb4[4], ob4[4];
-        ldmatrix_x4(qb4, frag_cols16(sQt + jp * 16 * kLd + kk * 16, kLd, lane));
-        ldmatrix_x4(ob4, frag_cols16(sdOt + jp * 16 * kLd + kk * 16, kLd, lane));
+        ldmatrix_x4(qb4, frag_cols16(sQt + jp * 16 * kLd + kk * 16, kLd, blk.lane));
+        ldmatrix_x4(ob4, frag_cols16(sdOt + jp * 16 * kLd + kk * 16, kLd, blk.lane));
         mma(s[2 * jp], ka, qb4[0], qb4[1]);
         mma(s[2 * jp + 1], ka, qb4[2], qb4[3]);
         mma(dp[2 * jp], va, ob4[0], ob4[1]);
@@ -158,11 +152,11 @@ __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlock
     }
     // P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta); both as A fragments, dS^T also to shared.
     // The mask is needed iff the step's first query precedes the warp's last key.
-    const bool diagonal = q0 < key_lo + 15;
+    const bool diagonal = q0 < blk.key_lo + 15;
     uint32_t pa[BR / 16][4], dsa[BR / 16][4];
-    backward_p_ds(s, dp, sLse + st * BR, sDelta + st * BR, sl2, diagonal, q0, key_lo, g, t, pa, dsa,
+    backward_p_ds(s, dp, sLse + st * BR, sDelta + st * BR, sl2, diagonal, q0, blk.key_lo, blk.g, blk.t, pa, dsa,
                   [&](int j, uint32_t lo, uint32_t hi) {
-                    bf16* row = sdSt + (warp * 16 + g) * kLdS + 8 * j + 2 * t;
+                    bf16* row = sdSt + (blk.warp * 16 + blk.g) * kLdS + 8 * j + 2 * blk.t;
                     *reinterpret_cast<uint32_t*>(row) = lo;
                     *reinterpret_cast<uint32_t*>(row + 8 * kLdS) = hi;
                   });
@@ -173,8 +167,8 @@ __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlock
 #pragma unroll
       for (int dp16 = 0; dp16 < HS / 16; ++dp16) {
         uint32_t ob4[4], qb4[4];
-        ldmatrix_x4_trans(ob4, frag_rows16(sdOt + kk * 16 * kLd + dp16 * 16, kLd, lane));
-        ldmatrix_x4_trans(qb4, frag_rows16(sQt + kk * 16 * kLd + dp16 * 16, kLd, lane));
+        ldmatrix_x4_trans(ob4, frag_rows16(sdOt + kk * 16 * kLd + dp16 * 16, kLd, blk.lane));
+        ldmatrix_x4_trans(qb4, frag_rows16(sQt + kk * 16 * kLd + dp16 * 16, kLd, blk.lane));
         mma(dv[2 * dp16], pa[kk], ob4[0], ob4[1]);
         mma(dv[2 * dp16 + 1], pa[kk], ob4[2], ob4[3]);
         mma(dk[2 * dp16], dsa[kk], qb4[0], qb4[1]);
@@ -187,20 +181,20 @@ __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlock
 #pragma unroll
     for (int kk = 0; kk < KEYS / 16; ++kk) {
       uint32_t da[4];
-      ldmatrix_x4_trans(da, frag_cols16(sdSt + kk * 16 * kLdS + dq_row, kLdS, lane));
+      ldmatrix_x4_trans(da, frag_cols16(sdSt + kk * 16 * kLdS + dq_row, kLdS, blk.lane));
 #pragma unroll
       for (int dp16 = 0; dp16 < kCols / 16; ++dp16) {
         uint32_t kb4[4];
-        ldmatrix_x4_trans(kb4, frag_rows16(sK + kk * 16 * kLd + dq_col + dp16 * 16, kLd, lane));
+        ldmatrix_x4_trans(kb4, frag_rows16(sK + kk * 16 * kLd + dq_col + dp16 * 16, kLd, blk.lane));
         mma(dqa[2 * dp16], da, kb4[0], kb4[1]);
         mma(dqa[2 * dp16 + 1], da, kb4[2], kb4[3]);
       }
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int qi = q0 + dq_row + g + 8 * r;
+      const int qi = q0 + dq_row + blk.g + 8 * r;
       if (qi >= T) continue;
-      float* dst = dq_accum + (int64_t{b} * T + qi) * C + h * HS + dq_col + 2 * t;
+      float* dst = dq_accum + (int64_t{blk.b} * T + qi) * blk.C + blk.h * HS + dq_col + 2 * blk.t;
 #pragma unroll
       for (int d = 0; d < kCols / 8; ++d) {
 #if __CUDA_ARCH__ >= 900
@@ -220,10 +214,10 @@ __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlock
   // dK (scaled) and dV added into dqkv.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int ki = key_lo + g + 8 * r;
+    const int ki = blk.key_lo + blk.g + 8 * r;
     if (ki >= T) continue;
-    bf16* dk_dst = dqkv + (int64_t{b} * T + ki) * ld + C + h * HS + 2 * t;
-    bf16* dv_dst = dk_dst + C;
+    bf16* dk_dst = dqkv + (int64_t{blk.b} * T + ki) * blk.ld + blk.C + blk.h * HS + 2 * blk.t;
+    bf16* dv_dst = dk_dst + blk.C;
 #pragma unroll
     for (int d = 0; d < HS / 8; ++d) {
       auto* pk = reinterpret_cast<__nv_bfloat162*>(dk_dst + 8 * d);
@@ -266,14 +260,13 @@ template <int HS>
 void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv, const bf16* out,
                      const float* lse, int B, int T, int NH, cudaStream_t stream, const AttentionKernels& k) {
   constexpr int KEYS = BwdTile<HS>::kKeys, kThreads = 2 * KEYS, bytes = backward_smem_bytes<HS>();
-  static const int slots = [] {  // blocks resident at once on the device
+  static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
+  const int slots = resident.get([] {
     CUDA_CHECK(cudaFuncSetAttribute(attention_backward_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    int device = 0, sms = 0, per_sm = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    int per_sm = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_backward_kernel<HS>, kThreads, bytes));
-    return sms * std::max(per_sm, 1);
-  }();
+    return sm_count() * std::max(per_sm, 1);
+  });
   const float scale = 1.0f / sqrtf(float(HS));
   const bool wgmma = use_wgmma(HS, k);
   const DqLayout layout = wgmma ? DqLayout::tiles : DqLayout::rows;

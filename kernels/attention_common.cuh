@@ -157,6 +157,35 @@ __device__ __noinline__ void backward_block(int i, int BH, int n_kb, int group, 
   bh = g0 + r % g_size;
 }
 
+// Backward: the work of block blockIdx.x (KEYS keys per block, head size HS), in backward_block's order, and this
+// thread's place in it: warp w owns keys key_lo = k0 + 16 w .. + 15, lane = 4 g + t as in the m16n8 layout.
+template <int KEYS, int HS>
+struct BackwardBlock {
+  int bh, kb;             // head bh = b * NH + h, key block kb
+  int b, h, k0;           // batch, head, first key
+  int C;                  // channels, NH * HS
+  int64_t ld;             // qkv's row stride, 3 C
+  int warp, lane, g, t;   // lane = 4 g + t
+  int key_lo;             // this warp's first key
+
+  __device__ __forceinline__ BackwardBlock(int BH, int T, int NH, int group) {
+    int head, key_block;  // locals: references to members would keep this object in local memory
+    backward_block(static_cast<int>(blockIdx.x), BH, ceil_div(T, KEYS), group, head, key_block);
+    bh = head;
+    kb = key_block;
+    b = bh / NH;
+    h = bh % NH;
+    k0 = kb * KEYS;
+    C = NH * HS;
+    ld = 3 * int64_t{C};
+    warp = threadIdx.x / 32;
+    lane = threadIdx.x % 32;
+    g = lane >> 2;
+    t = lane & 3;
+    key_lo = k0 + warp * 16;
+  }
+};
+
 // Heads per group: each head's Q, K, V, dO (bf16) and dq_accum (f32) rows are 12 T HS bytes, and ~8 MiB per
 // group keeps a few groups in L2. Grids of fewer than 8 waves take one group of all heads, which is the plain
 // key-block-major order: there the last group's long blocks would start too late (a simulated tail of up to

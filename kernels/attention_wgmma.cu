@@ -3,6 +3,7 @@
 #include "core/launch_limits.h"
 #include "kernels/attention_wgmma.cuh"
 #include "kernels/attention_wgmma_common.cuh"
+#include "kernels/device_facts.cuh"
 
 namespace fp8t::kernels {
 namespace {
@@ -93,14 +94,7 @@ __global__ void attention_forward_wgmma_kernel(bf16*, float*, const bf16*, int, 
 
 bool attention_wgmma_available() {
 #ifdef FP8T_CUDA_SM90A
-  static const bool hopper = [] {
-    int device = 0, major = 0, minor = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    return major == 9 && minor == 0;
-  }();
-  return hopper;
+  return is_hopper();
 #else
   return false;
 #endif
@@ -109,12 +103,12 @@ bool attention_wgmma_available() {
 void attention_forward_wgmma64(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, float scale,
                                cudaStream_t stream) {
   FP8T_CHECK(attention_wgmma_available(), "attention_forward_wgmma64: needs an sm_90a build on a Hopper GPU");
-  static const bool configured = [] {
+  static PerDevice<bool> configured;  // the shared memory limit is set on each device
+  configured.get([] {
     CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     kFwdSmemBytes));
     return true;
-  }();
-  (void)configured;
+  });
   const dim3 grid(B * NH, ceil_div(T, kFwdRows));
   attention_forward_wgmma_kernel<<<grid, kFwdThreads, kFwdSmemBytes, stream>>>(out, lse, qkv, T, NH, scale);
   CUDA_CHECK_LAUNCH();

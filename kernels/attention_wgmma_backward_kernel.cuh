@@ -13,6 +13,7 @@
 #include "kernels/attention_backward_passes.cuh"
 #include "kernels/attention_wgmma.cuh"
 #include "kernels/attention_wgmma_common.cuh"
+#include "kernels/device_facts.cuh"
 
 namespace fp8t::kernels {
 namespace {
@@ -43,31 +44,24 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   float* sDelta = sLse + 2 * kRows;                             // 2 x 64
   float* sdQ = sDelta + 2 * kRows;                              // (tiles) 64 x 64, fragment order
 
-  const int n_kb = ceil_div(T, kKeys);
-  int bh, kb;
-  backward_block(static_cast<int>(blockIdx.x), BH, n_kb, group, bh, kb);
-  const int b = bh / NH, h = bh % NH, k0 = kb * kKeys;
-  const int C = NH * kHs;
-  const int64_t ld = 3 * int64_t{C};
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int key_lo = k0 + warp * 16;  // this warp's first key (accumulator rows)
-  const bf16* q_base = qkv + int64_t{b} * T * ld + h * kHs;
-  const bf16* do_base = dout + int64_t{b} * T * C + h * kHs;
-  const float* lse_bh = lse + int64_t{bh} * T;
-  const float* delta_bh = delta + int64_t{bh} * T;
+  const BackwardBlock<kKeys, kHs> blk(BH, T, NH, group);  // blk.key_lo: this warp's first key (accumulator rows)
+  const bf16* q_base = qkv + int64_t{blk.b} * T * blk.ld + blk.h * kHs;
+  const bf16* do_base = dout + int64_t{blk.b} * T * blk.C + blk.h * kHs;
+  const float* lse_bh = lse + int64_t{blk.bh} * T;
+  const float* delta_bh = delta + int64_t{blk.bh} * T;
   const int n_qb = ceil_div(T, kRows);
   const float sl2 = scale * kLog2e;
 
   auto load_rows = [&](int q0, int st) {
-    load_tile_sw128(sQ + st * kTileBytes, q_base, ld, q0, T);
-    load_tile_sw128(sdO + st * kTileBytes, do_base, C, q0, T);
+    load_tile_sw128(sQ + st * kTileBytes, q_base, blk.ld, q0, T);
+    load_tile_sw128(sdO + st * kTileBytes, do_base, blk.C, q0, T);
     cp_async_commit();
   };
-  load_tile_sw128(sK, q_base + C, ld, k0, T);
-  load_tile_sw128(sV, q_base + 2 * C, ld, k0, T);
-  load_rows(kb * kRows, 0);
+  load_tile_sw128(sK, q_base + blk.C, blk.ld, blk.k0, T);
+  load_tile_sw128(sV, q_base + 2 * blk.C, blk.ld, blk.k0, T);
+  load_rows(blk.kb * kRows, 0);
   if (threadIdx.x < kRows) {  // query rows past T: lse = inf, hence P = 0
-    const int qi = kb * kRows + threadIdx.x;
+    const int qi = blk.kb * kRows + threadIdx.x;
     sLse[threadIdx.x] = qi < T ? lse_bh[qi] * kLog2e : INFINITY;
     sDelta[threadIdx.x] = qi < T ? delta_bh[qi] : 0.0f;
   }
@@ -75,8 +69,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   float dk[8][4] = {}, dv[8][4] = {};
   const uint64_t desc_k = sw128_desc(sK), desc_v = sw128_desc(sV), desc_dst = sw128_desc(sdSt);
 
-  for (int qb = kb; qb < n_qb; ++qb) {
-    const int st = (qb - kb) & 1, q0 = qb * kRows;
+  for (int qb = blk.kb; qb < n_qb; ++qb) {
+    const int st = (qb - blk.kb) & 1, q0 = qb * kRows;
     cp_async_wait<0>();    // the only group in flight is stage st (with sK, sV on the first step)
     fence_async_shared();  // this thread's cp.async writes, visible to the async proxy (wgmma)
     // Stage st is complete, and every warp's MMAs of step qb - 1 are done: stage st ^ 1 and sdSt are free.
@@ -108,12 +102,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // P^T, dS^T as A fragments (k = queries); dS^T also into sdSt. Masked on the diagonal step only (the one
     // where queries precede keys; it also holds every key past T).
     uint32_t pa[4][4], dsa[4][4];
-    backward_p_ds(s, dp, sLse + st * kRows, sDelta + st * kRows, sl2, qb == kb, q0, key_lo, g, t, pa, dsa,
-                  [&](int j, uint32_t lo, uint32_t hi) {
+    backward_p_ds(s, dp, sLse + st * kRows, sDelta + st * kRows, sl2, qb == blk.kb, q0, blk.key_lo, blk.g, blk.t, pa,
+                  dsa, [&](int j, uint32_t lo, uint32_t hi) {
                     // dS^T row = key (warp * 16 + g, + 8), columns 8 j + 2 t: chunk j of the row, swizzled.
-                    const int r0 = warp * 16 + g;
-                    *reinterpret_cast<uint32_t*>(sdSt + r0 * 128 + ((j ^ (r0 & 7)) << 4) + 4 * t) = lo;
-                    *reinterpret_cast<uint32_t*>(sdSt + (r0 + 8) * 128 + ((j ^ ((r0 + 8) & 7)) << 4) + 4 * t) = hi;
+                    const int r0 = blk.warp * 16 + blk.g;
+                    *reinterpret_cast<uint32_t*>(sdSt + r0 * 128 + ((j ^ (r0 & 7)) << 4) + 4 * blk.t) = lo;
+                    *reinterpret_cast<uint32_t*>(sdSt + (r0 + 8) * 128 + ((j ^ ((r0 + 8) & 7)) << 4) + 4 * blk.t) =
+                        hi;
                   });
     // dV += P^T dO, dK += dS^T Q (K = queries; dO and Q are (queries, channels): MN-major B).
 #pragma unroll
@@ -153,17 +148,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int r = 0; r < 2; ++r)
-          *reinterpret_cast<float2*>(sdQ + ((warp * 8 + j) * 2 + r) * 64 + 2 * lane) =
+          *reinterpret_cast<float2*>(sdQ + ((blk.warp * 8 + j) * 2 + r) * 64 + 2 * blk.lane) =
               make_float2(dqa[j][2 * r], dqa[j][2 * r + 1]);
       fence_async_shared();
       __syncthreads();
-      if (threadIdx.x == 0) bulk_reduce_add(dq_accum + (int64_t{bh} * n_qb + qb) * 4096, sdQ, kDqTileBytes);
+      if (threadIdx.x == 0) bulk_reduce_add(dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096, sdQ, kDqTileBytes);
     } else {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int qi = q0 + warp * 16 + g + 8 * r;
+        const int qi = q0 + blk.warp * 16 + blk.g + 8 * r;
         if (qi >= T) continue;
-        float* dst = dq_accum + (int64_t{b} * T + qi) * C + h * kHs + 2 * t;
+        float* dst = dq_accum + (int64_t{blk.b} * T + qi) * blk.C + blk.h * kHs + 2 * blk.t;
 #pragma unroll
         for (int j = 0; j < 8; ++j)
           atomicAdd(reinterpret_cast<float2*>(dst + 8 * j), make_float2(dqa[j][2 * r], dqa[j][2 * r + 1]));
@@ -180,10 +175,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   // dK (scaled) and dV added into dqkv: rows key_lo + g (+ 8), channels 8 j + 2 t (+ 1).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int ki = key_lo + g + 8 * r;
+    const int ki = blk.key_lo + blk.g + 8 * r;
     if (ki >= T) continue;
-    bf16* dk_dst = dqkv + (int64_t{b} * T + ki) * ld + C + h * kHs + 2 * t;
-    bf16* dv_dst = dk_dst + C;
+    bf16* dk_dst = dqkv + (int64_t{blk.b} * T + ki) * blk.ld + blk.C + blk.h * kHs + 2 * blk.t;
+    bf16* dv_dst = dk_dst + blk.C;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       auto* pk = reinterpret_cast<__nv_bfloat162*>(dk_dst + 8 * j);
@@ -209,14 +204,13 @@ template <int kMinBlocks, DqLayout kLayout>
 void launch_backward_wgmma(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
                            const float* lse, int B, int T, int NH, float scale, cudaStream_t stream) {
   auto* kernel = attention_backward_wgmma_kernel<kMinBlocks, kLayout>;
-  static const int slots = [kernel] {  // blocks resident at once on the device
+  static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
+  const int slots = resident.get([kernel] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(kLayout)));
-    int device = 0, sms = 0, per_sm = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    int per_sm = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes(kLayout)));
-    return sms * std::max(per_sm, 1);
-  }();
+    return sm_count() * std::max(per_sm, 1);
+  });
   const int BH = B * NH, n_kb = ceil_div(T, kKeys);
   kernel<<<BH * n_kb, kThreads, smem_bytes(kLayout), stream>>>(dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH,
                                                               backward_group(BH, n_kb, T, kHs, slots), scale);

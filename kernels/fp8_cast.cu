@@ -65,6 +65,24 @@ static_assert(kTileRows == 4 * (kThreads / (kTileCols / 8)) && kChunks == 8, "th
 // land in 32 distinct banks, and 8 threads reading the 8 chunks of one column read 128 distinct bytes.
 __device__ __forceinline__ int chunk_slot(int c, int q) { return c * kChunks + (q ^ ((c / 8) % kChunks)); }
 
+// The saved prologues' pre over a thread's (4, 8) block on the 16-byte path: row j's 8 E4M3 codes of ops.pre_codes
+// (one 8-byte load) and its ops.row_scale_inv, zero outside the matrix (pre = +0 there).
+struct SavedPre {
+  uint2 codes[4];      // (4, 8): row j's columns 0-3 in .x, 4-7 in .y
+  float scale_inv[4];  // (4): row j's ops.row_scale_inv
+  // Issues row j's loads: row r, columns c .. c + 7, all inside or none.
+  __device__ __forceinline__ void load(int j, bool inside, int64_t r, int64_t c, int64_t cols,
+                                       const Fp8CastOperands& ops) {
+    codes[j] = inside ? *reinterpret_cast<const uint2*>(ops.pre_codes + r * cols + c) : make_uint2(0, 0);
+    scale_inv[j] = inside ? ops.row_scale_inv[r] : 0.0f;
+  }
+  // pre at row j, column e, as the unfused kernels read it (dequantized to bf16).
+  __device__ __forceinline__ float value(int j, int e) const {
+    return __bfloat162float(
+        dequant_bf16<Fp8Format::e4m3>(byte_of(e < 4 ? codes[j].x : codes[j].y, e % 4), scale_inv[j]));
+  }
+};
+
 // kVec: cols % 8 == 0, in (and ops.pre, ops.w, ops.b where read) 16-byte aligned, out (if any) 8-byte aligned. vec_t:
 // rows % 16 == 0 and out_t 16-byte aligned. out and out_t may each be null. kColsum: stats.colsum is set (a template
 // argument so that the casts without it keep their registers: the 16-byte path needs 48 without and 64 with on sm_90a,
@@ -117,15 +135,13 @@ __global__ void __launch_bounds__(kThreads)
     } else if constexpr (kIn == Fp8CastInput::saved_dgelu) {
       // Four 16-byte loads of gradients and four 8-byte loads of pre's codes issued before any use.
       uint4 dq[4];
-      uint2 pc[4];
-      float rs[4];
+      SavedPre pre;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t r = r0 + 4 * ty + j;
         const bool inside = r < rows && c < cols;
         dq[j] = inside ? *reinterpret_cast<const uint4*>(in + r * cols + c) : make_uint4(0, 0, 0, 0);
-        pc[j] = inside ? *reinterpret_cast<const uint2*>(ops.pre_codes + r * cols + c) : make_uint2(0, 0);
-        rs[j] = inside ? ops.row_scale_inv[r] : 0.0f;
+        pre.load(j, inside, r, c, cols, ops);
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -133,29 +149,21 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
           const uint32_t d = e % 2 ? dw[e / 2] & 0xFFFF0000u : dw[e / 2] << 16;
-          const float pre =
-              __bfloat162float(dequant_bf16<Fp8Format::e4m3>(byte_of(e < 4 ? pc[j].x : pc[j].y, e % 4), rs[j]));
-          x[j][e] = dgelu_value_bf16(__uint_as_float(d), pre);
+          x[j][e] = dgelu_value_bf16(__uint_as_float(d), pre.value(j, e));
         }
       }
     } else if constexpr (kIn == Fp8CastInput::saved_gelu) {
       // Four 8-byte loads of codes (and the rows' scales) issued before any use; the padding stays zero.
-      uint2 pc[4];
-      float rs[4];
+      SavedPre pre;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t r = r0 + 4 * ty + j;
-        const bool inside = r < rows && c < cols;
-        pc[j] = inside ? *reinterpret_cast<const uint2*>(ops.pre_codes + r * cols + c) : make_uint2(0, 0);
-        rs[j] = inside ? ops.row_scale_inv[r] : 0.0f;
+        pre.load(j, r < rows && c < cols, r, c, cols, ops);
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const float pre = __bfloat162float(dequant_bf16<Fp8Format::e4m3>(byte_of(e < 4 ? pc[j].x : pc[j].y, e % 4), rs[j]));
-          x[j][e] = __bfloat162float(__float2bfloat16_rn(gelu(pre)));
-        }
+        for (int e = 0; e < 8; ++e) x[j][e] = __bfloat162float(__float2bfloat16_rn(gelu(pre.value(j, e))));
     } else {  // the four 16-byte loads are all issued before any use
 #pragma unroll
       for (int j = 0; j < 4; ++j) {

@@ -6,6 +6,7 @@
 
 #include "core/launch_limits.h"
 #include "kernels/cuda_common.cuh"
+#include "kernels/device_facts.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/layernorm_math.cuh"
 
@@ -342,12 +343,7 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
   const int threads = 32 * kRowsPerBlock;
   // One pass, dinp and the column sums together; the two-kernel backward below takes the other shapes.
   if (vec && C <= 256 * 16) {
-    static const int slots = [] {
-      int device = 0, sms = 0;
-      CUDA_CHECK(cudaGetDevice(&device));
-      CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-      return 3 * sms;  // a few blocks per SM: row groups loop, and the column atomics stay few
-    }();
+    const int slots = 3 * sm_count();  // a few blocks per SM: row groups loop, and the column atomics stay few
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, slots));
     auto launch = [&](auto kernel) {
       kernel<<<grid, threads, 0, stream>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
