@@ -78,6 +78,35 @@ class DocumentScan final : public YAML::EventHandler {
   }
 };
 
+// The offset of the first byte that does not belong to well-formed UTF-8 (NUL bytes, overlong forms, surrogates
+// and code points past U+10FFFF included), or npos.
+size_t first_non_utf8(const std::string& text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = s[i];
+    if (c == 0) return i;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    uint32_t cp = 0, min = 0;
+    if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F, min = 0x80;
+    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F, min = 0x800;
+    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07, min = 0x10000;
+    else return i;
+    if (i + len > n) return i;
+    for (size_t k = 1; k < len; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
 [[noreturn]] void syntax_error(const std::string& source, const YAML::Mark& mark, const std::string& what) {
   throw Error(fmt::format("{}: YAML syntax error: {}", Origin{source, line_of(mark), {}}.where(), what));
 }
@@ -85,6 +114,16 @@ class DocumentScan final : public YAML::EventHandler {
 }  // namespace
 
 YAML::Node load_one_document(const std::string& text, const std::string& source) {
+  // yaml-cpp re-encodes what is not UTF-8 (a NUL byte switches it to UTF-16 or UTF-32, an invalid byte becomes a
+  // 3-byte U+FFFD), so its marks would no longer be offsets into `text`: such input is refused first.
+  if (const size_t bad = first_non_utf8(text); bad != std::string::npos) {
+    const auto line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad),
+                                                      '\n'));
+    throw Error(fmt::format("{}: not UTF-8 text: byte 0x{:02X} at offset {}; a config is a UTF-8 YAML file (was "
+                            "a binary or UTF-16 file given?)",
+                            Origin{source, line, {}}.where(),
+                            static_cast<unsigned>(static_cast<unsigned char>(text[bad])), bad));
+  }
   // Pass 1: the documents' extents and roots, from the parser's events. Every document must start past
   // the previous one's start: one that does not consumed nothing, and the parser would return it forever.
   std::istringstream in(text);
@@ -129,7 +168,7 @@ YAML::Node load_one_document(const std::string& text, const std::string& source)
   // Pass 2: that document's nodes. YAML::Load reads the first document of a stream: the empty documents
   // before it are blanked out (spaces, newlines kept), so every mark keeps its line and column.
   std::string rest = text;
-  for (int i = 0; i < config_start; ++i)
+  for (size_t i = 0; i < std::min(static_cast<size_t>(std::max(config_start, 0)), rest.size()); ++i)
     if (rest[i] != '\n' && rest[i] != '\r') rest[i] = ' ';
   try {
     return YAML::Load(rest);
