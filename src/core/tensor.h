@@ -50,6 +50,8 @@ class Tensor {
   static Tensor from_vector(const std::vector<float>& values, Shape shape);
 
   bool defined() const { return storage_ != nullptr; }
+  // How many tensors (this one, its views and copies) share this storage; 0 when undefined.
+  long storage_use_count() const { return storage_.use_count(); }
   const Shape& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
   int ndim() const { return static_cast<int>(shape_.size()); }

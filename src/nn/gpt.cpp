@@ -329,7 +329,9 @@ Var GPT::mlp(int l, const Var& x) {
   }
   Var h = layernorm_linear(LinearKind::fc, l, x, p + "ln_2", p + "mlp.c_fc");
   const ActivationRole role("GELU input / fc2 input");
-  if (plan.mlp == BlockPlan::Mlp::gelu_in_fc2_cast) return fp8_linear_gelu(h, w2, b2, *plan.state(LinearKind::fc2));
+  // h moves in: the fused op holds pre's last handle, so it need not write pre's FP8 round trip back.
+  if (plan.mlp == BlockPlan::Mlp::gelu_in_fc2_cast)
+    return fp8_linear_gelu(std::move(h), w2, b2, *plan.state(LinearKind::fc2));
   return dense(LinearKind::fc2, l, gelu(h, plan.gelu_input_fp8), w2, b2);
 }
 

@@ -277,12 +277,15 @@ Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, boo
   return fp8_linear_cpu(x, w, b, st, serve_input);
 }
 
-Var fp8_linear_gelu(const Var& pre, const Var& w, const Var& b, Fp8LinearState& st) {
+Var fp8_linear_gelu(Var pre, const Var& w, const Var& b, Fp8LinearState& st) {
   check_args(pre, w, b, st);
   const bool fp8_all = st.cfg.activation_storage == ActivationStorage::fp8_all;
 #ifdef FP8T_HAVE_CUDA
-  if (pre->value.device().is_cuda() && st.cfg.activation_storage != ActivationStorage::bf16)
-    return detail::fp8_linear_cuda(pre, w, b, st, {kernels::Fp8CastInput::gelu, {}, {}});
+  if (pre->value.device().is_cuda() && st.cfg.activation_storage != ActivationStorage::bf16) {
+    // This handle is the only one on pre and its storage: nothing reads pre once the op returns.
+    const bool last_reader = pre.use_count() == 1 && pre->value.storage_use_count() == 1;
+    return detail::fp8_linear_cuda(pre, w, b, st, {kernels::Fp8CastInput::gelu, {}, {}, last_reader});
+  }
 #endif
   // The CPU emulation, and bf16 storage (which keeps the linear's input, here gelu(pre), to re-cast it
   // in backward): the composition itself.

@@ -101,7 +101,10 @@ Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, boo
 // the forward's scale (the same codes). The CPU emulation and activation_storage
 // bf16 (which would keep gelu(pre) to re-cast it in backward) run the composition itself, with
 // gelu's store_fp8 = (activation_storage == fp8_all).
-Var fp8_linear_gelu(const Var& pre, const Var& w, const Var& b, Fp8LinearState& st);
+// pre is taken by value: a caller that moves in its last handle (no other Var or view shares pre's
+// storage) leaves no reader of pre after the op, so on CUDA, where the cast reads pre's codes, the round
+// trip is not written over pre at all (2 bytes per element less; the block's MLP does this).
+Var fp8_linear_gelu(Var pre, const Var& w, const Var& b, Fp8LinearState& st);
 
 // fp8_linear(layernorm(x, ln_w, ln_b), w, b, st), bit for bit (an FP8 qkv or fc with the LayerNorm
 // before it): on CUDA a statistics kernel writes LayerNorm's (mean, rstd) and the normalization runs

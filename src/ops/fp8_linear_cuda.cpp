@@ -366,12 +366,13 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   // gelu_input keeps the pre-activation x for the GELU backward: as x itself, or with fp8_all as FP8
   // codes, the forward then running on their round trip, written over x in place exactly as the gelu op
   // does (ops.h; a later reader of x sees it rounded). Where the scale is known before the cast, the cast
-  // reads the codes (saved_gelu: 1 byte per element instead of 2); a scale-from-tensor recipe's amax pass
-  // reads the bf16 round trip.
+  // reads the codes (saved_gelu: 1 byte per element instead of 2), and with no later reader of x
+  // (input.last_reader) the round trip is not written; a scale-from-tensor recipe's amax pass reads it.
   const bool save_pre_fp8 = gelu_input && needs_grad(x) && fp8_all;
   const bool cast_from_codes = save_pre_fp8 && !st.input.recipe->scale_from_tensor();
   QuantizedTensor pre_saved;
-  if (save_pre_fp8) pre_saved = fp8_save_inplace(x->value);
+  if (save_pre_fp8)
+    pre_saved = cast_from_codes && input.last_reader ? fp8_save(x->value, nullptr) : fp8_save_inplace(x->value);
   const k::Fp8CastInput cast_input = cast_from_codes ? k::Fp8CastInput::saved_gelu : input.kind;
   const Tensor& xv = x->value;
   // wgrad needs x^T K-major: with fp8 storage the forward cast writes it alongside x. fp8_all with a

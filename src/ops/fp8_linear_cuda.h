@@ -13,6 +13,9 @@ namespace fp8t::detail {
 struct InputPrologue {
   kernels::Fp8CastInput kind = kernels::Fp8CastInput::as_is;
   Var ln_w, ln_b;  // layernorm: (IC) bf16 weight and bias
+  // gelu: nothing reads x after this op (the caller gave up its last handle), so a cast that reads x's saved
+  // codes leaves x's value as it was instead of writing the round trip over it.
+  bool last_reader = false;
 };
 
 // x (..., IC) -> (..., OC), the linear applied to input.kind of x. Backward turns the dgrad output (the

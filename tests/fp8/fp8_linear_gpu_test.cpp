@@ -172,9 +172,15 @@ TEST_CASE("fp8 linear: fp8_linear_gelu equals gelu then fp8_linear on the GPU - 
       Fp8Config cfg;
       cfg.scaling = scaling;
       cfg.activation_storage = storage;
-      Fp8LinearState fused("fused", cfg), plain("plain", cfg);
-      auto run = [&](Fp8LinearState& st, bool fuse) {
+      // Fused twice: with pre passed as a shared handle (the round trip is written over it, so a later
+      // reader sees what gelu(pre, fp8_all) leaves) and moved in as the last handle (nothing can read pre
+      // afterwards, so with fp8_all the op does not write the round trip: pre's gradient is read through a
+      // GradRef kept before the move). Both must equal the composition.
+      enum class Mode { plain, fused, fused_moved };
+      Fp8LinearState fused("fused", cfg), moved("moved", cfg), plain("plain", cfg);
+      auto run = [&](Fp8LinearState& st, Mode mode) {
         Var pv = make_var(upload(pre, {M / 16, 16, H}, DType::bf16), true);
+        const GradRef pg = grad_ref(pv);
         Var wv = make_var(upload(w, {OC, H}, DType::bf16), true), bv = make_var(upload(b, {OC}, DType::bf16), true);
         wv->grad = Tensor::zeros({OC, H}, DType::f32, kGpu, MemCategory::gradients);
         bv->grad = Tensor::zeros({OC}, DType::f32, kGpu, MemCategory::gradients);
@@ -182,8 +188,9 @@ TEST_CASE("fp8 linear: fp8_linear_gelu equals gelu then fp8_linear on the GPU - 
         Var y;
         {
           TapeScope scope(&tape);
-          y = fuse ? fp8_linear_gelu(pv, wv, bv, st)
-                   : fp8_linear(gelu(pv, storage == ActivationStorage::fp8_all), wv, bv, st);
+          if (mode == Mode::plain) y = fp8_linear(gelu(pv, storage == ActivationStorage::fp8_all), wv, bv, st);
+          else if (mode == Mode::fused) y = fp8_linear_gelu(pv, wv, bv, st);
+          else y = fp8_linear_gelu(std::move(pv), wv, bv, st);
         }
         grad_of(y).copy_from(upload(dy, {M / 16, 16, OC}, DType::bf16));
         {
@@ -191,7 +198,7 @@ TEST_CASE("fp8 linear: fp8_linear_gelu equals gelu then fp8_linear on the GPU - 
           tape.run_backward();
         }
         CUDA_CHECK(cudaDeviceSynchronize());
-        LinearResult r{y->value.to_float_vector(), grad_of(pv).to_float_vector(), wv->grad.to_float_vector(),
+        LinearResult r{y->value.to_float_vector(), grad_of(pg).to_float_vector(), wv->grad.to_float_vector(),
                        bv->grad.to_float_vector()};
         st.on_optimizer_step();
         return r;
@@ -199,15 +206,19 @@ TEST_CASE("fp8 linear: fp8_linear_gelu equals gelu then fp8_linear on the GPU - 
       for (int step = 0; step < 2; ++step) {
         INFO("current scaling " << (scaling == Fp8Scaling::current) << " storage " << static_cast<int>(storage)
                                 << " step " << step);
-        const LinearResult f = run(fused, true), u = run(plain, false);
-        CHECK(f.y == u.y);
-        CHECK(f.dx == u.dx);
-        CHECK(f.dw == u.dw);
-        CHECK(colsum_mismatches(f.db, std::vector<float>(OC, 0.0f), dy_sum, dy_abs) == 0);
+        const LinearResult f = run(fused, Mode::fused), m = run(moved, Mode::fused_moved);
+        const LinearResult u = run(plain, Mode::plain);
+        for (const LinearResult* r : {&f, &m}) {
+          CHECK(r->y == u.y);
+          CHECK(r->dx == u.dx);
+          CHECK(r->dw == u.dw);
+          CHECK(colsum_mismatches(r->db, std::vector<float>(OC, 0.0f), dy_sum, dy_abs) == 0);
+        }
         CHECK(colsum_mismatches(u.db, std::vector<float>(OC, 0.0f), dy_sum, dy_abs) == 0);
-        for (auto [mf, mu] : {std::pair{&fused.input, &plain.input}, std::pair{&fused.weight, &plain.weight},
-                              std::pair{&fused.grad_output, &plain.grad_output}})
-          check_same_meta(*mf, *mu);
+        for (Fp8LinearState* st : {&fused, &moved})
+          for (auto [mf, mu] : {std::pair{&st->input, &plain.input}, std::pair{&st->weight, &plain.weight},
+                                std::pair{&st->grad_output, &plain.grad_output}})
+            check_same_meta(*mf, *mu);
       }
       CHECK(fused.input.last_amax > 0.0f);
     }
