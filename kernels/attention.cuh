@@ -20,10 +20,19 @@ struct AttentionKernels {
 // HS = C / NH must be 64 or 128.
 void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
                        cudaStream_t stream, const AttentionKernels& kernels = {});
+// The forward's output O as the backward reads it (only for delta = rowsum(dO * O)): bf16 (B, T, C), or, where the
+// next FP8 linear keeps O for its weight gradient, those codes: E4M3, transposed (C, B * T), dequantized as
+// decode(code) * *scale_inv in f32 (one scale on the device). Exactly one of bf16 and e4m3_t is set.
+struct AttentionOut {
+  const __nv_bfloat16* bf16 = nullptr;
+  const uint8_t* e4m3_t = nullptr;
+  const float* scale_inv = nullptr;
+};
+
 // dqkv (B, T, 3C) bf16 += gradient of the attention. Scratch: dq_accum, attention_dq_scratch_floats() f32
 // (at least B * T * C), and delta (B, NH, T) f32, both overwritten.
 void attention_backward(__nv_bfloat16* dqkv, float* dq_accum, float* delta, const __nv_bfloat16* dout,
-                        const __nv_bfloat16* qkv, const __nv_bfloat16* out, const float* lse, int B, int T, int NH,
+                        const __nv_bfloat16* qkv, const AttentionOut& out, const float* lse, int B, int T, int NH,
                         int HS, cudaStream_t stream, const AttentionKernels& kernels = {});
 
 // Floats of attention_backward's dq_accum scratch for these sizes and kernels.

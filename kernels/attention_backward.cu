@@ -5,6 +5,7 @@
 #include "kernels/attention_backward_passes.cuh"
 #include "kernels/attention_mma.cuh"
 #include "kernels/device_facts.cuh"
+#include "kernels/fp8_codec.cuh"
 
 namespace fp8t::kernels {
 namespace {
@@ -38,6 +39,43 @@ __global__ void attention_delta_kernel(float* delta, float* dq_accum, const bf16
     const int64_t row_chunks = int64_t{NH} * kLanes, bt = i / row_chunks, b = bt / T, t = bt % T;
     const int h = static_cast<int>(i % row_chunks) / kLanes;
     delta[(b * NH + h) * T + t] = acc;
+  }
+}
+
+// delta as attention_delta_kernel, with O read from its transposed E4M3 codes o_t (C, M), M = B * T, times
+// *scale_inv. A thread takes 4 adjacent rows (M % 4 == 0) of one head: per 8 channels it loads the 4 rows' 16 bytes
+// of dO and, for each channel, the 4 rows' codes as one word, so a warp's code loads read 128 contiguous bytes.
+// O is the f32 product decode(code) * scale_inv, not rounded to bf16 (the CPU emulation's dequantized value).
+template <int HS>
+__global__ void attention_delta_fp8t_kernel(float* delta, const bf16* dout, const uint8_t* o_t,
+                                            const float* scale_inv_ptr, int64_t M, int T, int NH) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;  // (head, group of 4 rows)
+  const int64_t groups = M / 4;
+  if (i >= groups * NH) return;
+  const int h = static_cast<int>(i / groups);
+  const int64_t m0 = 4 * (i % groups), C = int64_t{NH} * HS;
+  const float scale_inv = *scale_inv_ptr;
+  float acc[4] = {};
+#pragma unroll 2
+  for (int c0 = 0; c0 < HS; c0 += 8) {
+    Vec16<bf16> d[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) d[r] = Vec16<bf16>::load(dout + (m0 + r) * C + h * HS + c0);
+    uint32_t w[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) w[e] = *reinterpret_cast<const uint32_t*>(o_t + (int64_t{h} * HS + c0 + e) * M + m0);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float o = __fmul_rn(from_fp8<Fp8Format::e4m3>(static_cast<uint8_t>(w[e] >> 8 * r)), scale_inv);
+        acc[r] = fmaf(__bfloat162float(d[r].v[e]), o, acc[r]);
+      }
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int64_t m = m0 + r, b = m / T, t = m % T;
+    delta[(b * NH + h) * T + t] = acc[r];
   }
 }
 
@@ -257,8 +295,8 @@ __global__ void attention_dq_kernel(bf16* dqkv, const float* dq_accum, int64_t n
 }
 
 template <int HS>
-void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv, const bf16* out,
-                     const float* lse, int B, int T, int NH, cudaStream_t stream, const AttentionKernels& k) {
+void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv,
+                     const AttentionOut& out, const float* lse, int B, int T, int NH, cudaStream_t stream, const AttentionKernels& k) {
   constexpr int KEYS = BwdTile<HS>::kKeys, kThreads = 2 * KEYS, bytes = backward_smem_bytes<HS>();
   static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
   const int slots = resident.get([] {
@@ -298,9 +336,26 @@ int64_t attention_dq_scratch_floats(int B, int T, int NH, int HS, const Attentio
   return attention_dq_floats(use_wgmma(HS, k) ? DqLayout::tiles : DqLayout::rows, B, T, NH, HS);
 }
 
-void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, const bf16* dout, const bf16* out, int B,
-                              int T, int NH, int HS, cudaStream_t stream) {
+void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, const bf16* dout, const AttentionOut& out,
+                              int B, int T, int NH, int HS, cudaStream_t stream) {
   check_pass("attention_backward_delta", layout, HS);
+  FP8T_CHECK((out.bf16 != nullptr) != (out.e4m3_t != nullptr) && (!out.e4m3_t || out.scale_inv),
+             "attention_backward: O must be given either as bf16 or as E4M3 codes with their scale_inv");
+  if (out.e4m3_t) {  // the codes' kernel leaves dq_accum alone: zeroed here in either layout
+    const int64_t M = int64_t{B} * T, threads = M / 4 * NH;
+    FP8T_CHECK(M % 16 == 0 && aligned16(out.e4m3_t),
+               "attention_backward: O's transposed codes need B * T = {} a multiple of 16 and 16-byte alignment", M);
+    const unsigned blocks =
+        checked_grid(ceil_div64(threads, 256), kMaxGridX, "attention_backward", "B*T / 4 * NH threads (256 per block)");
+    CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, attention_dq_floats(layout, B, T, NH, HS) * sizeof(float), stream));
+    if (HS == 64)
+      attention_delta_fp8t_kernel<64><<<blocks, 256, 0, stream>>>(delta, dout, out.e4m3_t, out.scale_inv, M, T, NH);
+    else
+      attention_delta_fp8t_kernel<128><<<blocks, 256, 0, stream>>>(delta, dout, out.e4m3_t, out.scale_inv, M, T, NH);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  FP8T_CHECK(aligned16(out.bf16), "attention_backward: out must be 16-byte aligned");
   const int64_t n_chunks = int64_t{B} * T * NH * HS / 8;
   const unsigned blocks = checked_grid(ceil_div64(n_chunks, 256), kMaxGridX, "attention_backward",
                                        "B*T*C / 8 chunks of dout (256 per block)");
@@ -309,9 +364,9 @@ void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, co
     CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, attention_dq_floats(layout, B, T, NH, HS) * sizeof(float), stream));
   float* rows = tiles ? nullptr : dq_accum;
   if (HS == 64)
-    attention_delta_kernel<64><<<blocks, 256, 0, stream>>>(delta, rows, dout, out, n_chunks, T, NH);
+    attention_delta_kernel<64><<<blocks, 256, 0, stream>>>(delta, rows, dout, out.bf16, n_chunks, T, NH);
   else
-    attention_delta_kernel<128><<<blocks, 256, 0, stream>>>(delta, rows, dout, out, n_chunks, T, NH);
+    attention_delta_kernel<128><<<blocks, 256, 0, stream>>>(delta, rows, dout, out.bf16, n_chunks, T, NH);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -329,11 +384,11 @@ void attention_backward_dq(bf16* dqkv, const float* dq_accum, DqLayout layout, i
   CUDA_CHECK_LAUNCH();
 }
 
-void attention_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv, const bf16* out,
-                        const float* lse, int B, int T, int NH, int HS, cudaStream_t stream,
+void attention_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv,
+                        const AttentionOut& out, const float* lse, int B, int T, int NH, int HS, cudaStream_t stream,
                         const AttentionKernels& k) {
   check_sizes("attention_backward", qkv, B, T, NH, HS);
-  FP8T_CHECK(aligned16(dout) && aligned16(out), "attention_backward: dout and out must be 16-byte aligned");
+  FP8T_CHECK(aligned16(dout), "attention_backward: dout must be 16-byte aligned");
   FP8T_CHECK(aligned16(dqkv) && aligned16(dq_accum), "attention_backward: dqkv and dq_accum must be 16-byte aligned");
   FP8T_CHECK(int64_t{B} * NH * ceil_div(T, 64) <= 0x7fffffff, "attention_backward: grid too large (B={} NH={} T={})", B,
              NH, T);

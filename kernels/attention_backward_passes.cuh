@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/attention.cuh"
+
 namespace fp8t::kernels {
 
 // How the main pass leaves dQ / scale in the f32 scratch dq_accum.
@@ -17,9 +19,9 @@ enum class DqLayout : uint8_t {
 // Floats of dq_accum in `layout` for these sizes.
 int64_t attention_dq_floats(DqLayout layout, int B, int T, int NH, int HS);
 
-// delta (B, NH, T) = rowsum(dO * O) per head, from dout and out (B, T, C); dq_accum = 0 in `layout`.
+// delta (B, NH, T) = rowsum(dO * O) per head, from dout (B, T, C) and out (either form); dq_accum = 0 in `layout`.
 void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, const __nv_bfloat16* dout,
-                              const __nv_bfloat16* out, int B, int T, int NH, int HS, cudaStream_t stream);
+                              const AttentionOut& out, int B, int T, int NH, int HS, cudaStream_t stream);
 
 // dqkv's Q part (B, T, 3C) += scale * dq_accum (`layout`), scale = 1 / sqrt(HS).
 void attention_backward_dq(__nv_bfloat16* dqkv, const float* dq_accum, DqLayout layout, int B, int T, int NH, int HS,

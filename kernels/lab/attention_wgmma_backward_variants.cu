@@ -24,7 +24,7 @@ void attention_backward_wgmma(WgmmaBackwardVariant variant, bf16* dqkv, float* d
              "lab::attention_backward_wgmma: qkv, dout, out, dqkv and dq_accum must be 16-byte aligned");
   const float scale = 1.0f / sqrtf(float(kHs));
   const DqLayout layout = variant == WgmmaBackwardVariant::tiled_dq_2_blocks ? DqLayout::tiles : DqLayout::rows;
-  attention_backward_delta(delta, dq_accum, layout, dout, out, B, T, NH, kHs, stream);
+  attention_backward_delta(delta, dq_accum, layout, dout, AttentionOut{.bf16 = out}, B, T, NH, kHs, stream);
   switch (variant) {
     case WgmmaBackwardVariant::atomic_dq_2_blocks:
       launch_backward_wgmma<2, DqLayout::rows>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream);

@@ -53,9 +53,10 @@ const Tensor& value_of(const Var& v) {
   return v->value;
 }
 
-void release_for_recompute(const Var& v, std::function<Tensor()> fn) {
+void release_for_recompute(const Var& v, std::function<Tensor()> fn, std::any form) {
   if (!grad_enabled()) return;
   v->recompute = std::move(fn);
+  v->released_form = std::move(form);
   v->value = Tensor();
 }
 

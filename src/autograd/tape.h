@@ -81,8 +81,9 @@ bool needs_grad(const Vs&... vs) {
 const Tensor& value_of(const Var& v);
 // Selective activation recompute: while recording, drops v's value now and keeps `fn`, which rebuilds
 // it bit-identically, for the backward closures that read it. The caller must be done with v's value
-// in the forward pass (consumers already ran). A no-op when no tape records.
-void release_for_recompute(const Var& v, std::function<Tensor()> fn);
+// in the forward pass (consumers already ran). A no-op when no tape records. `form`, if given, is the
+// compact form fn rebuilds the value from, kept as v->released_form for the backwards that read it directly.
+void release_for_recompute(const Var& v, std::function<Tensor()> fn, std::any form = {});
 
 // Activation recompute: runs fn(inputs) without recording, keeps only the inputs, and records one
 // node that reruns fn on a private tape during backward and backpropagates through it.

@@ -1,5 +1,6 @@
 // Variable: a tensor in the autograd graph, with its gradient and whether it needs one.
 #pragma once
+#include <any>
 #include <functional>
 #include <memory>
 #include <string>
@@ -44,6 +45,10 @@ struct VarImpl {
   // Set when `value` was released after the forward pass to save memory: rebuilds it (without
   // recording) the first time a backward closure asks for it (value_of in autograd/tape.h).
   std::function<Tensor()> recompute;
+  // Set beside `recompute` where the released value is rebuilt from a compact form that an op keeps anyway
+  // (an FP8 linear's input codes for its weight gradient, a QuantizedTensor): a backward that can read that
+  // form takes it here (std::any_cast) instead of asking value_of for the rebuilt value. Empty otherwise.
+  std::any released_form;
 };
 using Var = std::shared_ptr<VarImpl>;
 

@@ -34,7 +34,14 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
       const Tensor& dout = grad_of(y);
       const Tensor qv = qkv_kept ? value_of(qkv_kept) : fp8_restore(saved, MemCategory::workspace);
       // The output, or where the projection serves it from its FP8 codes (fp8_linear's serve_input) their
-      // dequantized values: delta = rowsum(dO * O) then reads the O that the projection read.
+      // dequantized values: delta = rowsum(dO * O) then reads the O that the projection read. On CUDA it
+      // reads those codes themselves (y's released form), in f32 as the CPU reads the dequantized values.
+      const auto* out_codes = std::any_cast<QuantizedTensor>(&y->released_form);
+      if (dout.device().is_cuda() && out_codes) {
+        on_cuda("attention backward",
+                [&] { cuda_ops::attention_backward(grad_of(qg), dout, qv, *out_codes, lse, n_head); });
+        return;
+      }
       const Tensor& ov = value_of(y);
       dispatch(
           "attention backward", dout, [&] { cuda_ops::attention_backward(grad_of(qg), dout, qv, ov, lse, n_head); },

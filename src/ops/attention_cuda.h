@@ -3,6 +3,7 @@
 // backward ACCUMULATES into dqkv. Launches go on the current compute stream.
 #pragma once
 #include "core/tensor.h"
+#include "fp8/quantized_tensor.h"
 
 namespace fp8t::kernels {
 struct AttentionKernels;  // kernels/attention.cuh
@@ -20,5 +21,11 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
                         int n_head);
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         int n_head, const kernels::AttentionKernels& kernels);
+// The same with the forward's out given as the FP8 codes the next linear keeps of it: E4M3, transposed only
+// (codes_t (C, B * T)), one scale (per_tensor), read by delta = rowsum(dO * O) without a bf16 copy.
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const QuantizedTensor& out,
+                        const Tensor& lse, int n_head);
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const QuantizedTensor& out,
+                        const Tensor& lse, int n_head, const kernels::AttentionKernels& kernels);
 
 }  // namespace fp8t::cuda_ops

@@ -458,9 +458,9 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
     s.ln_rstd = ln_rstd;
   }
   current_tape()->record(node, [s = std::move(s)] { backward_stage(s); });
-  if (serve_input && keep_xt) {  // x from x^T's codes, for x's other readers (fp8_linear.h)
+  if (serve_input && keep_xt) {  // x from x^T's codes, for x's other readers (fp8_linear.h), or the codes
     xq.shape = xv.shape();
-    release_for_recompute(x, [xq] { return dequantize(xq, MemCategory::workspace); });
+    release_for_recompute(x, [xq] { return dequantize(xq, MemCategory::workspace); }, xq);
   }
   watch_op(node, y, {&x, &w, &b, &input.ln_w, &input.ln_b});
   return y;

@@ -1,5 +1,6 @@
 // Flash attention forward/backward against the CPU reference; a hidden [.bench] case reports TFLOP/s.
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -60,7 +61,34 @@ void check_rows(const std::vector<float>& got, const std::vector<float>& want, c
   }
 }
 
-void check_attention(int B, int T, int NH, int HS, const kernels::AttentionKernels& kernels = {}) {
+// Where O reaches the backward: as the forward's bf16 output, or as the transposed E4M3 codes that the projection
+// keeps of it (fp8_linear's serve_input), one scale.
+enum class OutForm { bf16, fp8_codes_t };
+
+// The forward's output rout (host, (M, C)) cast per tensor to E4M3 with scale 448 / amax, transposed to (C, M):
+// on the device as the backward takes it, and on the host dequantized in f32 (*deq, (M, C)) as the CPU reads it.
+QuantizedTensor out_codes_t(const std::vector<float>& rout, int64_t M, int C, std::vector<float>* deq) {
+  float amax = 0.0f;
+  for (float v : rout) amax = std::max(amax, std::fabs(v));
+  const float scale = 448.0f / amax, scale_inv = 1.0f / scale;
+  Tensor codes_t = Tensor::empty({C, M}, DType::e4m3);
+  deq->assign(rout.size(), 0.0f);
+  for (int64_t m = 0; m < M; ++m)
+    for (int c = 0; c < C; ++c) {
+      const uint8_t code = float_to_fp8(rout[m * C + c] * scale, Fp8Format::e4m3);
+      codes_t.data<uint8_t>()[int64_t(c) * M + m] = code;
+      (*deq)[m * C + c] = fp8_to_float(code, Fp8Format::e4m3) * scale_inv;
+    }
+  QuantizedTensor q;
+  q.codes_t = codes_t.to(kGpu);
+  q.scale_inv = upload({scale_inv}, {1}, DType::f32);
+  q.layout = ScaleLayout::per_tensor;
+  q.shape = {M, C};
+  return q;
+}
+
+void check_attention(int B, int T, int NH, int HS, const kernels::AttentionKernels& kernels = {},
+                     OutForm form = OutForm::bf16) {
   const int C = NH * HS;
   const int64_t n_qkv = int64_t(B) * T * 3 * C, n_out = int64_t(B) * T * C;
   const auto qkv = round_bf16(randn(n_qkv, 1.0f));
@@ -74,11 +102,17 @@ void check_attention(int B, int T, int NH, int HS, const kernels::AttentionKerne
   CHECK(rel_err(download(lse), rlse) < 1e-3);
 
   const auto dout = round_bf16(randn(n_out));
+  // With O as codes, both sides read the same dequantized O: the reference takes it in place of its own output.
+  std::vector<float> rout_read = rout;
+  QuantizedTensor out_q;
+  if (form == OutForm::fp8_codes_t) out_q = out_codes_t(rout, int64_t(B) * T, C, &rout_read);
   std::vector<float> g(n_qkv, 0.0f);
-  cpu::attention_backward(g.data(), dout.data(), qkv.data(), rout.data(), rlse.data(), B, T, C, NH);
+  cpu::attention_backward(g.data(), dout.data(), qkv.data(), rout_read.data(), rlse.data(), B, T, C, NH);
   auto dqkv0 = round_bf16(randn(n_qkv, float(rms(g))));
   Tensor dqkv = upload(dqkv0, {B, T, 3 * C}, DType::bf16);
-  cuda_ops::attention_backward(dqkv, upload(dout, {B, T, C}, DType::bf16), tqkv, out, lse, NH, kernels);
+  const Tensor tdout = upload(dout, {B, T, C}, DType::bf16);
+  if (form == OutForm::fp8_codes_t) cuda_ops::attention_backward(dqkv, tdout, tqkv, out_q, lse, NH, kernels);
+  else cuda_ops::attention_backward(dqkv, tdout, tqkv, out, lse, NH, kernels);
   for (int64_t i = 0; i < n_qkv; ++i) g[i] += dqkv0[i];
   const auto got = download(dqkv);
   CHECK(rel_err(got, g) < 2e-2);
@@ -126,6 +160,30 @@ TEST_CASE("attention head size 64 on the mma.sync kernels", "[gpu][attention]") 
 
 TEST_CASE("attention head size 128", "[gpu][attention]") {
   for (int T : {1, 77, 130, 256, 333, 1024}) check_attention(2, T, 2, 128);
+}
+
+// delta = rowsum(dO * O) read from O's transposed E4M3 codes (the projection's, under fp8_all storage): B * T a
+// multiple of 16 (the codes' rows are 16-byte aligned), T ragged against the 64-row tiles.
+TEST_CASE("attention backward reads O from its transposed FP8 codes", "[gpu][attention][fp8]") {
+  const kernels::AttentionKernels mma_sync{.wgmma = false};
+  for (auto [B, T] : {std::pair{2, 8}, std::pair{3, 80}, std::pair{2, 1024}}) {
+    check_attention(B, T, 3, 64, {}, OutForm::fp8_codes_t);
+    check_attention(B, T, 3, 64, mma_sync, OutForm::fp8_codes_t);
+    check_attention(B, T, 2, 128, {}, OutForm::fp8_codes_t);
+  }
+  // The codes must be per-tensor E4M3 of shape (C, B * T): anything else is refused, naming what it got.
+  const int B = 2, T = 16, NH = 1, C = 64;
+  Tensor qkv = upload(round_bf16(randn(int64_t(B) * T * 3 * C, 1.0f)), {B, T, 3 * C}, DType::bf16);
+  Tensor out = poisoned({B, T, C}, DType::bf16), lse = poisoned({B, NH, T}, DType::f32);
+  cuda_ops::attention_forward(out, lse, qkv, NH);
+  Tensor dqkv = Tensor::zeros({B, T, 3 * C}, DType::bf16, kGpu);
+  const Tensor dout = upload(randn(int64_t(B) * T * C), {B, T, C}, DType::bf16);
+  QuantizedTensor wrong;
+  wrong.codes_t = Tensor::zeros({B * T, C}, DType::e4m3, kGpu);  // not transposed
+  wrong.scale_inv = upload({1.0f}, {1}, DType::f32);
+  wrong.shape = {B * T, C};
+  CHECK_THROWS_WITH(cuda_ops::attention_backward(dqkv, dout, qkv, wrong, lse, NH),
+                    Catch::Matchers::ContainsSubstring("transposed to (64, 32)"));
 }
 
 // Deep grids (at least 8 blocks per resident block slot) run the backward's blocks in bands of key blocks and
