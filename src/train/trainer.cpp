@@ -13,15 +13,12 @@
 #include "ops/ops.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_manifest.h"
-#include "train/optimizer_checkpoint.h"
 #include "train/import.h"
 #include "train/metrics.h"
 #include "train/nonfinite.h"
 #include "train/peak_flops.h"
 #include "train/planner.h"
-#include "train/reshard.h"
+#include "train/run_checkpoint.h"
 #include "train/step_report.h"
 
 namespace fp8t {
@@ -343,66 +340,15 @@ class Trainer {
   }
 
   void save() {
-    const fs::path tmp = checkpoint_tmp_dir(run_dir_, step_);
-    const Tensor master = gather_master(comm_, model_->params());  // a collective where the master is sharded
-    if (comm_.rank() == 0) {
-      write_tensor_file(tmp / "model.bin", master);
-      write_checkpoint_state(tmp, {step_, comm_.size(), cfg_.distributed.zero_stage, tokens_, cfg_.to_yaml(),
-                                   skipped_steps_});
-    }
-    save_optimizer_state(tmp, comm_, cfg_.distributed.zero_stage, *optim_);
-    if (model_->fp8_enabled())  // per rank: without reduce_amax the ranks' scales differ
-      write_checkpoint_text(tmp / fmt::format("fp8_rank{}.json", comm_.rank()), model_->fp8_state().dump());
-    comm_.barrier();  // every rank's files and digests are written: rank 0 adds manifest.json and renames
-    if (comm_.rank() == 0) {
-      const fs::path dst = finalize_checkpoint(run_dir_, step_);
-      log_->info("checkpoint: {}", dst.string());
-    }
-    comm_.barrier();
+    save_run_checkpoint(run_dir_, cfg_, comm_, *model_, *optim_, {step_, skipped_steps_, tokens_}, *log_);
   }
 
   void restore(const fs::path& where) {
-    std::string why;
-    const auto dir = latest_checkpoint(where, &why);
-    FP8T_CHECK(dir, "--resume {}: no complete checkpoint found: {}", where.string(), why);
-    // Every file against the manifest first, then state.json's fields, then the model it describes.
-    if (const std::string unverified = verify_checkpoint(*dir, CheckpointUse::resume); !unverified.empty())
-      log_->warn("{}", unverified);
-    const CheckpointState s = read_checkpoint_state(*dir);
-    const fs::path state_file = *dir / "state.json";
-    const std::string differs = model_difference(parse_config(s.config_yaml, state_file.string()).model, cfg_.model,
-                                                 "the checkpoint's state.json", "this run's config");
-    FP8T_CHECK(differs.empty(), "--resume {}: the checkpoint holds another model than this run: {}. Resume with "
-               "the config that wrote it (its run directory's config.yaml)", dir->string(), differs);
-    FP8T_CHECK(s.step <= cfg_.train.max_steps, "--resume {}: the checkpoint is at step {}, past this run's "
-               "train.max_steps {}: raise train.max_steps to train on from it", dir->string(), s.step,
-               cfg_.train.max_steps);
-    if (const auto r = reshard_line(*dir, s, comm_.size(), cfg_.distributed.zero_stage); !r.empty()) log_->info(r);
-    load_model_weights(*dir, s.world_size, model_->params());
-    if (weights_only_checkpoint(*dir))  // fp8train import's, like a Megatron release checkpoint
-      log_->info("checkpoint {} holds weights only (no optimizer files): AdamW moments start at zero", dir->string());
-    else if (const std::string c = load_optimizer_state(*dir, s.world_size, s.zero_stage, *optim_); !c.empty())
-      log_->warn("{}", c);
-    if (!weights_only_checkpoint(*dir))  // as stored, naming the file: a NaN moment would poison the first step
-      check_finite_optimizer_state(*dir, s.zero_stage == 0 ? 1 : s.world_size, optim_->begin(), optim_->end(),
-                                   model_->params().specs());
-    if (model_->fp8_enabled()) {
-      const ResumedFp8State fp8 = resumed_fp8_state(*dir, s.world_size, comm_.rank(), comm_.size(),
-                                                    fp8_grad_amax_factor(s, comm_.size(), tokens_per_step_));
-      if (!fp8.state.is_null()) {
-        try {
-          model_->load_fp8_state(fp8.state);
-        } catch (const Error& e) {
-          FP8T_FAIL("{}: {}", fp8.source, e.what());
-        }
-      } else {
-        log_->warn("checkpoint {} has no FP8 scaling state: FP8 scales start fresh", dir->string());
-      }
-    }
-    step_ = s.step;
-    opt_steps_ = s.step - s.skipped_steps;  // AdamW's step counter counts updates: skipped steps made none
-    skipped_steps_ = s.skipped_steps;
-    tokens_ = s.tokens;
+    const RunPosition at = restore_run_checkpoint(where, cfg_, comm_, *model_, *optim_, tokens_per_step_, *log_);
+    step_ = at.step;
+    opt_steps_ = at.step - at.skipped_steps;  // AdamW's step counter counts updates: skipped steps made none
+    skipped_steps_ = at.skipped_steps;
+    tokens_ = at.tokens;
     // Replay the data order of this run's ranks so it sees the batches an uninterrupted run on them would (on
     // the host only: at most the batches of train.max_steps steps, none copied to the device).
     for (int64_t i = 0; i < static_cast<int64_t>(step_) * accum_; ++i)
@@ -411,7 +357,6 @@ class Trainer {
       if (const int dropped = drop_metrics_after(run_dir_ / "metrics.jsonl", step_); dropped > 0)
         log_->info("metrics.jsonl: dropped {} row(s) written after step {} (after the checkpoint)", dropped, step_);
     if (comm_.rank() == 0) losses_.push_from_metrics(run_dir_ / "metrics.jsonl");  // the z-score's window
-    log_->info("resumed from {} at step {}", dir->string(), step_);
   }
 
   Config cfg_;
