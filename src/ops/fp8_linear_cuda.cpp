@@ -1,6 +1,6 @@
-// The CUDA path of the FP8 linear ops (declared in src/ops/fp8_linear_cuda.h), in stages: the FP8 weight cache
-// on the device; the forward stage (the input cast with its prologue, the fprop GEMM, and what backward keeps,
-// as an Fp8LinearSaved); the backward stage (the output-gradient cast, then dgrad by prologue, then wgrad).
+// The CUDA path of the FP8 linear ops (declared in src/ops/fp8_linear_cuda.h), in stages: the forward stage (the
+// FP8 weight cache of fp8_weight_cuda.cpp, the input cast with its prologue, the fprop GEMM, and what backward
+// keeps, as an Fp8LinearSaved); the backward stage (the output-gradient cast, then dgrad by prologue, then wgrad).
 // Every FP8 operand is a QuantizedTensor (fp8/quantized_tensor.h); the recipe (fp8/recipe.h) says whether a
 // cast needs an amax pass first and whether the scale must be kept for backward.
 #include "ops/fp8_linear_cuda.h"
@@ -18,6 +18,7 @@
 #include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
 #include "kernels/stream.cuh"
+#include "ops/fp8_linear_cuda_parts.h"
 #include "ops/gelu_cuda.h"
 #include "ops/grad_sink.h"
 #include "ops/layernorm_cuda.h"
@@ -28,61 +29,6 @@ namespace {
 
 namespace k = kernels;
 using bf16 = __nv_bfloat16;
-
-Fp8DeviceSlot* slot(Fp8DeviceSlot* slots, Fp8Role r) { return slots + static_cast<int>(r); }
-
-// Scale-from-tensor recipes (current scaling): the amax of t (of what the cast reads: the prologue's values
-// with those operands) and the scale from it, on the device, into the slot before the cast. Otherwise the
-// slot already holds the step's scale.
-void prepare_scale(const Fp8TensorMeta& meta, Fp8DeviceSlot* s, const Tensor& t, cudaStream_t stream,
-                   k::Fp8CastInput input = k::Fp8CastInput::as_is, k::Fp8CastOperands ops = {}) {
-  if (!meta.recipe->scale_from_tensor()) return;
-  CUDA_CHECK(cudaMemsetAsync(&s->amax_now, 0, sizeof(float), stream));
-  k::fp8_amax(t.raw(), t.dtype(), t.numel(), &s->amax_now, stream, input, t.dim(-1), ops);
-  k::fp8_scale_from_amax(&s->amax_now, meta.fmax(), meta.margin, &s->scale, &s->scale_inv, stream);
-}
-
-k::Fp8CastOutputs stats_into(Fp8DeviceSlot* s) { return {&s->amax, &s->saturated}; }
-
-// q as a cuBLASLt operand: its codes (or, transposed, codes_t) and the device pointer to its scale_inv.
-k::MatmulOperand operand(const QuantizedTensor& q, bool transposed) {
-  const Tensor& c = transposed ? q.codes_t : q.codes;
-  FP8T_CHECK(c.defined() && q.layout == ScaleLayout::per_tensor && q.scale_inv.device().is_cuda(),
-             "fp8_linear: a GEMM operand needs {} per-tensor codes on the device, got a {} tensor{}",
-             transposed ? "transposed" : "row-major", scale_layout_name(q.layout), c.defined() ? "" : " without them");
-  return {c.raw(), c.dtype(), q.scale_inv.data<float>(), q.layout};
-}
-
-// Per-tensor FP8 codes (rows, cols), optionally with their transposed copy, scaled by `scale_inv` (1 f32).
-QuantizedTensor per_tensor_codes(int64_t rows, int64_t cols, DType dt, Device dev, bool row_major, bool transposed,
-                                 MemCategory cat, MemCategory cat_t, Tensor scale_inv) {
-  QuantizedTensor q;
-  q.shape = {rows, cols};
-  if (row_major) q.codes = Tensor::empty({rows, cols}, dt, dev, cat);
-  if (transposed) q.codes_t = Tensor::empty({cols, rows}, dt, dev, cat_t);
-  q.scale_inv = std::move(scale_inv);
-  return q;
-}
-
-// The (OC, IC) and (IC, OC) FP8 copies of the weight (its bf16 compute copy or f32 master) for this
-// weight_version, cast in one pass.
-void cache_weight_cuda(Fp8LinearState& st, const Tensor& w, Fp8DeviceSlot* slots, cudaStream_t stream) {
-  if (st.cache_valid && st.cached_version == st.weight_version) return;
-  const int64_t OC = w.dim(0), IC = w.dim(1);
-  const DType dt = fp8_dtype(st.formats.forward);
-  QuantizedTensor& q = st.weight_fp8;
-  if (!q.codes.defined() || q.codes.shape() != w.shape() || q.codes.dtype() != dt)
-    q = per_tensor_codes(OC, IC, dt, w.device(), true, true, MemCategory::fp8_cache, MemCategory::fp8_cache,
-                         st.device.scales_view(Fp8Role::weight).slice_flat(0, {1}));
-  Fp8DeviceSlot* s = slot(slots, Fp8Role::weight);
-  prepare_scale(st.weight, s, w, stream);
-  k::fp8_cast(w.raw(), w.dtype(), OC, IC, q.codes.data<uint8_t>(), q.codes_t.data<uint8_t>(), st.formats.forward,
-              &s->scale, stats_into(s), stream);
-  st.device.mark_pending(Fp8Role::weight);  // the step's weight amax, whatever the grad mode (as on the CPU)
-  st.cached_version = st.weight_version;
-  st.cache_valid = true;
-  ++st.weight_casts;
-}
 
 void expect_cuda(const Tensor& t, DType dtype, const char* what, const std::string& layer) {
   FP8T_CHECK(t.device().is_cuda() && t.dtype() == dtype, "fp8_linear ({}): {} must be a CUDA {} tensor, got {}", layer,
@@ -289,37 +235,6 @@ void backward_stage(const Fp8LinearSaved& s) {
 }
 
 }  // namespace
-
-// ---------------------------------------------------------------- sharded-master weights
-
-void fp8_weight_piece_amax_cuda(const Tensor& piece, float* amax) {
-  k::fp8_amax(piece.raw(), piece.dtype(), piece.numel(), amax, k::compute_stream());
-}
-
-void fp8_weight_scale_from_amax_cuda(Fp8LinearState& st, const Tensor& amax, int64_t index) {
-  Fp8DeviceSlot* s = slot(st.device.slots(amax.device(), st.metas()), Fp8Role::weight);
-  k::fp8_scale_from_amax(amax.data<float>() + index, st.weight.fmax(), st.weight.margin, &s->scale, &s->scale_inv,
-                         k::compute_stream());
-}
-
-void fp8_cast_weight_piece_cuda(Fp8LinearState& st, const Tensor& piece, Tensor& codes) {
-  Fp8DeviceSlot* s = slot(st.device.slots(piece.device(), st.metas()), Fp8Role::weight);
-  if (piece.numel() > 0)
-    k::fp8_cast(piece.raw(), piece.dtype(), 1, piece.numel(), codes.data<uint8_t>(), nullptr, st.formats.forward,
-                &s->scale, stats_into(s), k::compute_stream());
-  st.device.mark_pending(Fp8Role::weight);  // also with no piece: every rank records the weight's amax
-}
-
-void fp8_adopt_weight_codes_cuda(Fp8LinearState& st, const Tensor& codes) {
-  const int64_t OC = codes.dim(0), IC = codes.dim(1);
-  (void)st.device.slots(codes.device(), st.metas());
-  QuantizedTensor& q = st.weight_fp8;
-  if (!q.codes_t.defined() || q.codes_t.shape() != Shape{IC, OC} || q.codes_t.dtype() != codes.dtype())
-    q = per_tensor_codes(OC, IC, codes.dtype(), codes.device(), false, true, MemCategory::fp8_cache,
-                         MemCategory::fp8_cache, st.device.scales_view(Fp8Role::weight).slice_flat(0, {1}));
-  q.codes = codes;
-  k::fp8_transpose(codes.data<uint8_t>(), OC, IC, q.codes_t.data<uint8_t>(), k::compute_stream());
-}
 
 // ---------------------------------------------------------------- forward stage
 

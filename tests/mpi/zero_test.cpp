@@ -21,6 +21,7 @@
 #include "dist/zero.h"
 #include "nn/gpt.h"
 #include "train/trainer.h"
+#include "tests/util/model_test_util.h"
 
 using namespace fp8t;
 
@@ -160,15 +161,7 @@ class CountingComm final : public Communicator {
 }  // namespace
 
 namespace {
-ModelConfig staged_model() {
-  ModelConfig mc;
-  mc.n_layer = 6;
-  mc.n_head = 2;
-  mc.d_model = 32;
-  mc.vocab_size = 64;
-  mc.seq_len = 16;
-  return mc;
-}
+ModelConfig staged_model() { return test::gpt_config(6, 32, 64, 16); }
 
 // Random tokens and targets (2, 16), different on every rank and micro-batch.
 std::pair<Tensor, Tensor> batch(int rank, int micro) {

@@ -7,18 +7,14 @@
 #include <nlohmann/json.hpp>
 
 #include "nn/gpt.h"
+#include "tests/util/model_test_util.h"
 
 using namespace fp8t;
 using Catch::Matchers::ContainsSubstring;
 
 namespace {
 std::unique_ptr<GPT> fp8_model() {
-  ModelConfig m;
-  m.n_layer = 1;
-  m.n_head = 2;
-  m.d_model = 16;
-  m.vocab_size = 100;
-  m.seq_len = 8;
+  const ModelConfig m = test::small_model(1);
   PrecisionConfig p;
   p.compute = ComputeMode::fp8;
   p.fp8.amax_history_len = 4;

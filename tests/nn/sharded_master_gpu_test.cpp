@@ -10,21 +10,14 @@
 #include "config/config.h"
 #include "nn/gpt.h"
 #include "util/gpu_test_util.h"
+#include "tests/util/model_test_util.h"
 
 using namespace fp8t;
 using test::kGpu;
 
 namespace {
 
-ModelConfig sharded_model() {
-  ModelConfig m;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.d_model = 128;
-  m.vocab_size = 300;
-  m.seq_len = 64;
-  return m;
-}
+ModelConfig sharded_model() { return test::gpt_config(2, 128, 300, 64); }
 
 std::vector<uint8_t> bytes_of(const Tensor& t) {
   const Tensor h = t.to(Device::cpu(), MemCategory::workspace);

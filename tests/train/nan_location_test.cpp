@@ -18,6 +18,7 @@
 #include "ops/ops.h"
 #include "train/nonfinite.h"
 #include "train/trainer.h"
+#include "tests/util/model_test_util.h"
 
 using namespace fp8t;
 using Catch::Matchers::ContainsSubstring;
@@ -26,15 +27,7 @@ namespace fs = std::filesystem;
 namespace {
 constexpr int kB = 2, kT = 8;
 
-ModelConfig three_blocks() {
-  ModelConfig m;
-  m.n_layer = 3;
-  m.n_head = 2;
-  m.d_model = 32;
-  m.vocab_size = 64;
-  m.seq_len = kT;
-  return m;
-}
+ModelConfig three_blocks() { return test::gpt_config(3, 32, 64, kT); }
 
 std::pair<Tensor, Tensor> tokens_and_targets() {
   Tensor tokens = Tensor::empty({kB, kT}, DType::i32), targets = Tensor::empty({kB, kT}, DType::i32);

@@ -8,16 +8,20 @@
 
 namespace fp8t::test {
 
-// A GPT small enough for exact CPU checks: 2 heads, d_model 16, vocabulary 100 (padded to 128), T = 8.
-inline ModelConfig small_model(int n_layer = 2) {
+// A GPT of n_layer blocks of width d_model with 2 heads, the vocabulary vocab_size (padded to a multiple of 128)
+// and sequences of seq_len tokens.
+inline ModelConfig gpt_config(int n_layer, int d_model, int vocab_size, int seq_len) {
   ModelConfig m;
   m.n_layer = n_layer;
   m.n_head = 2;
-  m.d_model = 16;
-  m.vocab_size = 100;
-  m.seq_len = 8;
+  m.d_model = d_model;
+  m.vocab_size = vocab_size;
+  m.seq_len = seq_len;
   return m;
 }
+
+// A GPT small enough for exact CPU checks: 2 heads, d_model 16, vocabulary 100 (padded to 128), T = 8.
+inline ModelConfig small_model(int n_layer = 2) { return gpt_config(n_layer, 16, 100, 8); }
 
 // (B, T) i32 tokens drawn uniformly from [0, V) by an mt19937 seeded with `seed`.
 inline Tensor random_tokens(int B, int T, int V, uint32_t seed) {
