@@ -112,6 +112,33 @@ __global__ void layernorm_stats_kernel(float* mean, float* rstd, const bf16* inp
   }
 }
 
+// out = a + b (rounded to bf16 as the add op's kernel rounds), then out's mean and rstd: a lane re-reads the chunks it
+// has just written (its own stores: no other lane's), so the statistics are row_stats of the stored row, the bits of
+// layernorm_stats(out).
+template <bool kVec>
+__global__ void add_layernorm_stats_kernel(bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b,
+                                           int64_t N, int C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
+  if (row >= N) return;
+  const bf16 *ar = a + row * C, *br = b + row * C;
+  bf16* orow = out + row * C;
+#pragma unroll 4
+  for (int c0 = lane * 8; c0 < C; c0 += 256) {
+    float va[8], vb[8];
+    load8<kVec>(ar, c0, C, va);
+    load8<kVec>(br, c0, C, vb);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) va[i] = __fadd_rn(va[i], vb[i]);
+    store8<kVec>(orow, c0, C, va);
+  }
+  const float2 stats = row_stats<kVec>(orow, C, lane);
+  if (lane == 0) {
+    mean[row] = stats.x;
+    rstd[row] = stats.y;
+  }
+}
+
 // The backward's two row sums over one 8-column chunk: sum dnorm and sum dnorm * norm, dnorm = dy * w (zero past
 // the row's end on the scalar path), norm = (x - m) * s.
 __device__ __forceinline__ void add_dnorm_sums(const float (&xv)[8], const float (&dv)[8], const float (&wv)[8],
@@ -332,6 +359,20 @@ void layernorm_stats(float* mean, float* rstd, const bf16* inp, int64_t N, int C
     layernorm_stats_kernel<true><<<blocks, threads, 0, stream>>>(mean, rstd, inp, N, C);
   else
     layernorm_stats_kernel<false><<<blocks, threads, 0, stream>>>(mean, rstd, inp, N, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_layernorm_stats(bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b, int64_t N, int C,
+                         cudaStream_t stream) {
+  FP8T_CHECK(N > 0 && C > 0, "add_layernorm_stats: bad sizes N={} C={}", N, C);
+  // Both paths give the same bits where C % 8 == 0 (the same chunks in the same order), as layernorm_stats's do.
+  const bool vec = C % 8 == 0 && aligned16(out) && aligned16(a) && aligned16(b);
+  const unsigned blocks = row_blocks(N, "add_layernorm_stats");
+  const int threads = 32 * kRowsPerBlock;
+  if (vec)
+    add_layernorm_stats_kernel<true><<<blocks, threads, 0, stream>>>(out, mean, rstd, a, b, N, C);
+  else
+    add_layernorm_stats_kernel<false><<<blocks, threads, 0, stream>>>(out, mean, rstd, a, b, N, C);
   CUDA_CHECK_LAUNCH();
 }
 

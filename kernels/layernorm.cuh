@@ -13,6 +13,10 @@ void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_
 // mean, rstd (N) f32: exactly the statistics layernorm_forward saves, without its output (the FP8
 // cast's LayerNorm prologue, kernels/fp8_cast.cuh, applies the normalization itself).
 void layernorm_stats(float* mean, float* rstd, const __nv_bfloat16* inp, int64_t N, int C, cudaStream_t stream);
+// out (N, C) bf16 = a + b (the add op's rounding; out must not alias a or b), and mean, rstd (N) f32 =
+// layernorm_stats(out), bit for bit, in one pass: a residual add whose sum feeds an FP8 LayerNorm cast.
+void add_layernorm_stats(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* a,
+                         const __nv_bfloat16* b, int64_t N, int C, cudaStream_t stream);
 // dinp (N, C) bf16 +=; dw, db (C) f32 += (atomics across row chunks)
 void layernorm_backward(__nv_bfloat16* dinp, float* dw, float* db, const __nv_bfloat16* dout,
                         const __nv_bfloat16* inp, const __nv_bfloat16* w, const float* mean, const float* rstd,

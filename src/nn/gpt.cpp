@@ -271,7 +271,7 @@ void GPT::init(uint64_t seed) {
 }
 
 // Pre-LN GPT-2 block: x + attn(ln_1(x)), then + mlp(ln_2(.)). What is fused and stored is the block's plan.
-Var GPT::block(int l, const Var& x) {
+Var GPT::block(int l, const Var& x, const RowStats* x_stats, RowStats* out_stats) {
   const BlockPlan& plan = plans_[static_cast<size_t>(l)];
   const ParameterStore& P = *params_;
   const std::string p = "h." + std::to_string(l) + ".";
@@ -281,7 +281,7 @@ Var GPT::block(int l, const Var& x) {
   constexpr const char* kResidual = "block input / residual";
   std::optional<ActivationRole> role;
   role.emplace("qkv linear + ln_1");
-  Var h = layernorm_linear(LinearKind::qkv, l, x, p + "ln_1", p + "attn.c_attn");
+  Var h = layernorm_linear(LinearKind::qkv, l, x, p + "ln_1", p + "attn.c_attn", x_stats);
   watch_layer(p, "attn");
   role.emplace("attention (qkv, log-sum-exp)");
   h = attention(h, cfg_.n_head, plan.attention_fp8);
@@ -290,22 +290,29 @@ Var GPT::block(int l, const Var& x) {
             plan.proj_serves_input);
   watch_layer(p, "attn_residual");
   role.emplace(kResidual);
-  const Var x1 = add(x, h);
+  // Where ln_2 runs inside fc's FP8 cast, the residual add computes its statistics in the same pass.
+  RowStats x1_stats;
+  const Var x1 = add(x, h, ln_in_cast(LinearKind::fc, l) ? &x1_stats : nullptr);
   watch_layer(p, "mlp.gelu");
   role.emplace("fc linear + ln_2");
-  h = mlp(l, x1);
+  h = mlp(l, x1, &x1_stats);
   watch_layer(p, "mlp_residual");
   role.emplace(kResidual);
-  return add(x1, h);
+  return add(x1, h, out_stats);
 }
 
-Var GPT::layernorm_linear(LinearKind kind, int l, const Var& x, const std::string& ln, const std::string& linear) {
+bool GPT::ln_in_cast(LinearKind kind, int l) const {
+  const BlockPlan& plan = plans_[static_cast<size_t>(l)];
+  return kind == LinearKind::qkv ? plan.ln_1_in_qkv_cast : plan.ln_2_in_fc_cast;
+}
+
+Var GPT::layernorm_linear(LinearKind kind, int l, const Var& x, const std::string& ln, const std::string& linear,
+                          const RowStats* x_stats) {
   const ParameterStore& P = *params_;
   const Var lw = P.var(ln + ".weight"), lb = P.var(ln + ".bias");
   const Var w = P.var(linear + ".weight"), b = P.var(linear + ".bias");
   const BlockPlan& plan = plans_[static_cast<size_t>(l)];
-  if (kind == LinearKind::qkv ? plan.ln_1_in_qkv_cast : plan.ln_2_in_fc_cast)
-    return fp8_linear_ln(x, lw, lb, w, b, *plan.state(kind));
+  if (ln_in_cast(kind, l)) return fp8_linear_ln(x, lw, lb, w, b, *plan.state(kind), x_stats);
   const Var normed = layernorm(x, lw, lb);
   Var y = dense(kind, l, normed, w, b);
   // With train.recompute: layernorm the LayerNorm output is dropped once its linear has run; the linear's
@@ -314,7 +321,7 @@ Var GPT::layernorm_linear(LinearKind kind, int l, const Var& x, const std::strin
   return y;
 }
 
-Var GPT::mlp(int l, const Var& x) {
+Var GPT::mlp(int l, const Var& x, const RowStats* x_stats) {
   const ParameterStore& P = *params_;
   const std::string p = "h." + std::to_string(l) + ".";
   const BlockPlan& plan = plans_[static_cast<size_t>(l)];
@@ -327,7 +334,7 @@ Var GPT::mlp(int l, const Var& x) {
     if (recompute_layernorm_) release_for_recompute(normed, [x, lw, lb] { return layernorm(x, lw, lb)->value; });
     return y;
   }
-  Var h = layernorm_linear(LinearKind::fc, l, x, p + "ln_2", p + "mlp.c_fc");
+  Var h = layernorm_linear(LinearKind::fc, l, x, p + "ln_2", p + "mlp.c_fc", x_stats);
   const ActivationRole role("GELU input / fc2 input");
   // h moves in: the fused op holds pre's last handle, so it need not write pre's FP8 round trip back.
   if (plan.mlp == BlockPlan::Mlp::gelu_in_fc2_cast)
@@ -347,11 +354,18 @@ Var GPT::hidden(const Tensor& tokens, bool recompute) {
     ActivationRole role("block input / residual");
     x = embedding(tokens, P.var("wte"), P.var("wpe"));
   }
+  // Without block checkpoints, each block's last add computes its output's LayerNorm statistics where the next
+  // block's ln_1 runs inside its FP8 qkv cast (a checkpointed block recomputes its input's).
+  RowStats stats[2];  // this block's input's, the next block's
   for (int l = 0; l < cfg_.n_layer; ++l) {
-    if (recompute && grad_enabled())
+    if (recompute && grad_enabled()) {
       x = checkpoint([this, l](const Var& in) { return block(l, in); }, x);
-    else
-      x = block(l, x);
+      continue;
+    }
+    const bool next_wants = l + 1 < cfg_.n_layer && ln_in_cast(LinearKind::qkv, l + 1);
+    x = block(l, x, &stats[0], next_wants ? &stats[1] : nullptr);
+    stats[0] = next_wants ? std::move(stats[1]) : RowStats{};
+    stats[1] = RowStats{};
   }
   ActivationRole role("final LayerNorm + head + loss");
   return layernorm(x, P.var("ln_f.weight"), P.var("ln_f.bias"));

@@ -83,12 +83,19 @@ class GPT {
   void load_fp8_state(const nlohmann::json& state);
 
  private:
-  Var block(int layer, const Var& x);
+  // x_stats: x's LayerNorm statistics where the previous block's last add computed them (or null); out_stats (or
+  // null): where this block's last add leaves its output's, for the next block's FP8 ln_1 cast.
+  Var block(int layer, const Var& x, const RowStats* x_stats = nullptr, RowStats* out_stats = nullptr);
   // LayerNorm (parameters `ln`, e.g. "h.3.ln_1") then the linear `kind` (parameters `linear`), fused into the
-  // linear's FP8 cast when the plan says so; a separate LayerNorm output is released for recompute when
-  // train.recompute is layernorm.
-  Var layernorm_linear(LinearKind kind, int layer, const Var& x, const std::string& ln, const std::string& linear);
-  Var mlp(int layer, const Var& x);  // fc -> GELU -> fc2 after ln_2, as the plan fuses them
+  // linear's FP8 cast when the plan says so (with x's statistics from x_stats where given); a separate LayerNorm
+  // output is released for recompute when train.recompute is layernorm.
+  Var layernorm_linear(LinearKind kind, int layer, const Var& x, const std::string& ln, const std::string& linear,
+                       const RowStats* x_stats = nullptr);
+  // fc -> GELU -> fc2 after ln_2, as the plan fuses them; x_stats as in layernorm_linear
+  Var mlp(int layer, const Var& x, const RowStats* x_stats = nullptr);
+  // Whether block `layer`'s `kind` linear (qkv or fc) runs its LayerNorm inside its FP8 cast: the add before it
+  // then computes its input's statistics.
+  bool ln_in_cast(LinearKind kind, int layer) const;
   // linear() or fp8_linear() for the linear `kind` of block `layer` (-1 for the head).
   // serve_input: an FP8 linear serves x to x's other readers from its FP8 codes (fp8_linear.h).
   Var dense(LinearKind kind, int layer, const Var& x, const Var& w, const Var& b, bool serve_input = false);

@@ -7,13 +7,24 @@ namespace fp8t {
 
 using namespace ops_detail;
 
-Var add(const Var& a, const Var& b) {
+Var add(const Var& a, const Var& b, RowStats* stats) {
   FP8T_CHECK(a->value.shape() == b->value.shape(), "add: shapes {} and {} differ", a->value.str(), b->value.str());
   check_same_dtype("add", a->value, b->value);
   check_same_device("add", a->value, b->value);
   Tensor out = Tensor::empty(a->value.shape(), a->value.dtype(), a->value.device(), MemCategory::activations);
+  if (stats) *stats = RowStats{};
+  const bool with_stats = stats && out.device().is_cuda() && out.ndim() >= 1 && out.numel() > 0;
+  if (with_stats) {  // kept for the LayerNorm backward of the linear that reads them, as its own would be
+    const Shape rows(out.shape().begin(), out.shape().end() - 1);
+    stats->mean = Tensor::empty(rows, DType::f32, out.device(), MemCategory::activations);
+    stats->rstd = Tensor::empty(rows, DType::f32, out.device(), MemCategory::activations);
+  }
   dispatch(
-      "add", out, [&] { cuda_ops::add_forward(out, a->value, b->value); },
+      "add", out,
+      [&] {
+        if (with_stats) cuda_ops::add_forward_row_stats(out, stats->mean, stats->rstd, a->value, b->value);
+        else cuda_ops::add_forward(out, a->value, b->value);
+      },
       [&]<typename F>() { cpu::add_forward<F>(out.data<F>(), cptr<F>(a->value), cptr<F>(b->value), out.numel()); });
   Var y = make_output(std::move(out));
   if (needs_grad(a, b)) {

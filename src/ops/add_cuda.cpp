@@ -3,6 +3,7 @@
 #include "ops/add_cuda.h"
 
 #include "kernels/add.cuh"
+#include "kernels/layernorm.cuh"
 #include "kernels/stream.cuh"
 #include "ops/op_checks.h"
 
@@ -19,6 +20,24 @@ void add_forward(Tensor& out, const Tensor& a, const Tensor& b) {
   expect_numel(b, a.numel(), "add_forward", "b");
   expect_numel(out, a.numel(), "add_forward", "out");
   k::add_forward(out.data<bf16>(), a.data<bf16>(), b.data<bf16>(), a.numel(), k::compute_stream());
+}
+
+void add_forward_row_stats(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& a, const Tensor& b) {
+  const char* op = "add_forward_row_stats";
+  expect(a, DType::bf16, op, "a");
+  expect(b, DType::bf16, op, "b");
+  expect(out, DType::bf16, op, "out");
+  expect(mean, DType::f32, op, "mean");
+  expect(rstd, DType::f32, op, "rstd");
+  FP8T_CHECK(out.ndim() >= 1 && out.dim(-1) > 0, "{}: out {} has no rows", op, out.str());
+  const int64_t C = out.dim(-1), N = out.numel() / C;
+  expect_numel(a, out.numel(), op, "a");
+  expect_numel(b, out.numel(), op, "b");
+  expect_numel(mean, N, op, "mean");
+  expect_numel(rstd, N, op, "rstd");
+  FP8T_CHECK(out.raw() != a.raw() && out.raw() != b.raw(), "{}: out must not alias a or b", op);
+  k::add_layernorm_stats(out.data<bf16>(), mean.data<float>(), rstd.data<float>(), a.data<bf16>(), b.data<bf16>(), N,
+                         to_int(C, op, "C"), k::compute_stream());
 }
 
 }  // namespace fp8t::cuda_ops

@@ -284,7 +284,7 @@ Var fp8_linear_gelu(Var pre, const Var& w, const Var& b, Fp8LinearState& st) {
   if (pre->value.device().is_cuda() && st.cfg.activation_storage != ActivationStorage::bf16) {
     // This handle is the only one on pre and its storage: nothing reads pre once the op returns.
     const bool last_reader = pre.use_count() == 1 && pre->value.storage_use_count() == 1;
-    return detail::fp8_linear_cuda(pre, w, b, st, {kernels::Fp8CastInput::gelu, {}, {}, last_reader});
+    return detail::fp8_linear_cuda(pre, w, b, st, {.kind = kernels::Fp8CastInput::gelu, .last_reader = last_reader});
   }
 #endif
   // The CPU emulation, and bf16 storage (which keeps the linear's input, here gelu(pre), to re-cast it
@@ -292,7 +292,8 @@ Var fp8_linear_gelu(Var pre, const Var& w, const Var& b, Fp8LinearState& st) {
   return fp8_linear(gelu(pre, fp8_all), w, b, st);
 }
 
-Var fp8_linear_ln(const Var& x, const Var& ln_w, const Var& ln_b, const Var& w, const Var& b, Fp8LinearState& st) {
+Var fp8_linear_ln(const Var& x, const Var& ln_w, const Var& ln_b, const Var& w, const Var& b, Fp8LinearState& st,
+                  const RowStats* x_stats) {
   check_args(x, w, b, st);
   const int64_t C = x->value.dim(-1);
   FP8T_CHECK(ln_w && ln_b && ln_w->value.numel() == C && ln_b->value.numel() == C,
@@ -300,7 +301,11 @@ Var fp8_linear_ln(const Var& x, const Var& ln_w, const Var& ln_b, const Var& w, 
              ln_w ? ln_w->value.str() : "(none)", ln_b ? ln_b->value.str() : "(none)", C);
 #ifdef FP8T_HAVE_CUDA
   if (x->value.device().is_cuda() && st.cfg.activation_storage != ActivationStorage::bf16)
-    return detail::fp8_linear_cuda(x, w, b, st, {kernels::Fp8CastInput::layernorm, ln_w, ln_b});
+    return detail::fp8_linear_cuda(x, w, b, st,
+                                   {.kind = kernels::Fp8CastInput::layernorm,
+                                    .ln_w = ln_w,
+                                    .ln_b = ln_b,
+                                    .ln_stats = x_stats && x_stats->defined() ? *x_stats : RowStats{}});
 #endif
   // The CPU emulation, and bf16 storage (which keeps the linear's input, here layernorm(x), to re-cast
   // it in backward): the composition itself.

@@ -17,6 +17,8 @@
 
 namespace fp8t {
 
+struct RowStats;  // ops/ops.h
+
 // Everything one FP8 linear keeps between calls. It must outlive every tape that recorded the op
 // (backward closures hold a pointer to it): the model owns one per FP8 linear.
 struct Fp8LinearState {
@@ -116,6 +118,9 @@ Var fp8_linear_gelu(Var pre, const Var& w, const Var& b, Fp8LinearState& st);
 // no codes of layernorm(x) either: backward casts them again from x and the statistics with the
 // forward's scale (the same codes), so the linear saves nothing beyond what LayerNorm's backward reads. The CPU emulation and
 // activation_storage bf16 (which would keep layernorm(x) to re-cast it in backward) run the composition.
-Var fp8_linear_ln(const Var& x, const Var& ln_w, const Var& ln_b, const Var& w, const Var& b, Fp8LinearState& st);
+// x_stats (optional): x's RowStats as add() computed them with x (the residual add before this LayerNorm), used on
+// CUDA instead of a statistics pass over x (the same bits); ignored where undefined and on the CPU.
+Var fp8_linear_ln(const Var& x, const Var& ln_w, const Var& ln_b, const Var& w, const Var& b, Fp8LinearState& st,
+                  const RowStats* x_stats = nullptr);
 
 }  // namespace fp8t

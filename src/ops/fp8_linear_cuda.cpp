@@ -302,10 +302,21 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   k::Fp8CastOperands cast_operands;
   if (ln_input) {
     const MemCategory cat = in_needs_grad ? MemCategory::activations : MemCategory::workspace;
-    ln_mean = Tensor::empty({M}, DType::f32, xv.device(), cat);
-    ln_rstd = Tensor::empty({M}, DType::f32, xv.device(), cat);
-    k::layernorm_stats(ln_mean.data<float>(), ln_rstd.data<float>(), x2.data<bf16>(), M, static_cast<int>(IC),
-                       stream);
+    if (input.ln_stats.defined()) {
+      const RowStats& given = input.ln_stats;
+      FP8T_CHECK(given.mean.numel() == M && given.rstd.numel() == M && given.mean.dtype() == DType::f32 &&
+                     given.rstd.dtype() == DType::f32 && given.mean.device() == xv.device() &&
+                     given.rstd.device() == xv.device(),
+                 "fp8_linear ({}): x's given LayerNorm statistics must be {} f32 values each on {}, got {} and {}",
+                 st.name, M, xv.device().str(), given.mean.str(), given.rstd.str());
+      ln_mean = given.mean.view({M});
+      ln_rstd = given.rstd.view({M});
+    } else {
+      ln_mean = Tensor::empty({M}, DType::f32, xv.device(), cat);
+      ln_rstd = Tensor::empty({M}, DType::f32, xv.device(), cat);
+      k::layernorm_stats(ln_mean.data<float>(), ln_rstd.data<float>(), x2.data<bf16>(), M, static_cast<int>(IC),
+                         stream);
+    }
     cast_operands = {ln_mean.data<float>(), ln_rstd.data<float>(), input.ln_w->value.data<bf16>(),
                      input.ln_b->value.data<bf16>()};
   }
@@ -358,7 +369,7 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   s.M = M;
   s.IC = IC;
   s.OC = OC;
-  s.prologue = ln_input && in_needs_grad ? input : InputPrologue{input.kind, {}, {}};
+  s.prologue = ln_input && in_needs_grad ? input : InputPrologue{.kind = input.kind};
   s.x_fp8 = xq;
   s.x_scale = x_scales.slice_flat(1, {1});
   s.recast_xt = recast_xt;

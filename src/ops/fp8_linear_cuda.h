@@ -4,6 +4,7 @@
 #include "autograd/variable.h"
 #include "kernels/fp8_cast.cuh"
 #include "ops/fp8_linear.h"
+#include "ops/ops.h"
 
 namespace fp8t::detail {
 
@@ -12,10 +13,13 @@ namespace fp8t::detail {
 // pre-activation; or layernorm(x, ln_w, ln_b), x the residual stream.
 struct InputPrologue {
   kernels::Fp8CastInput kind = kernels::Fp8CastInput::as_is;
-  Var ln_w, ln_b;  // layernorm: (IC) bf16 weight and bias
+  Var ln_w{}, ln_b{};  // layernorm: (IC) bf16 weight and bias
   // gelu: nothing reads x after this op (the caller gave up its last handle), so a cast that reads x's saved
   // codes leaves x's value as it was instead of writing the round trip over it.
   bool last_reader = false;
+  // layernorm: x's statistics where the add that wrote x computed them (add's RowStats); else the forward
+  // computes them.
+  RowStats ln_stats{};
 };
 
 // x (..., IC) -> (..., OC), the linear applied to input.kind of x. Backward turns the dgrad output (the

@@ -29,8 +29,16 @@ Var gelu(const Var& x, bool store_fp8 = false);
 // linear(gelu(linear(x, w1, b1)), w2, b2). On CUDA in BF16 the GELU runs in the GEMM epilogues (forward:
 // GELU with the pre-activation kept; backward: d(GELU) on the second GEMM's input gradient).
 Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2);
-// a + b, same shape
-Var add(const Var& a, const Var& b);
+// LayerNorm's statistics of each row (last dimension) of a tensor: mean and rstd (eps 1e-5), f32, one per row,
+// as the LayerNorm ops compute them. Undefined tensors: not computed.
+struct RowStats {
+  Tensor mean, rstd;
+  bool defined() const { return mean.defined() && rstd.defined(); }
+};
+// a + b, same shape. stats (optional): on CUDA (bf16), the sum's RowStats computed in the same pass, bit for bit
+// what fp8_linear_ln would compute from the sum (a residual add feeding an FP8 LayerNorm linear); elsewhere left
+// undefined.
+Var add(const Var& a, const Var& b, RowStats* stats = nullptr);
 // qkv (B, T, 3C) laid out [q | k | v], heads contiguous in C  ->  causal attention output (B, T, C)
 // store_fp8 (with a gradient to compute): qkv is kept for backward as FP8 codes and the forward runs on
 // their dequantized values, which overwrite qkv's value in place, as in gelu.

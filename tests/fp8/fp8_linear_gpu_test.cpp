@@ -339,6 +339,73 @@ TEST_CASE("fp8 linear: fp8_linear_ln equals layernorm then fp8_linear on the GPU
         download(fp8_linear(layernorm(xv, lwv, lbv), wv, bv, plain)->value));
 }
 
+TEST_CASE("fp8 linear: fp8_linear_ln with its input's statistics from the residual add - scalings - storages",
+          "[gpu][fp8]") {
+  // x = add(a, b) then fp8_linear_ln(x): with the statistics that add computes in its pass, and without (the
+  // linear's own statistics pass). Separate, identically configured states, two steps. Forward bits, a's, b's
+  // and w's gradients must be identical; d ln_w, d ln_b and db come from atomics, compared within reordered-f32-sum
+  // tolerance. M = 272 and C = 208 leave partial tiles.
+  const int64_t M = 272, C = 208, OC = 96;
+  const auto a = round_bf16(randn(M * C, 2.0f)), b = round_bf16(randn(M * C, 0.5f));
+  const auto w = round_bf16(randn(OC * C, 0.05f)), bias = round_bf16(randn(OC, 0.1f));
+  const auto lw = round_bf16(randn(C, 1.0f)), lb = round_bf16(randn(C, 0.3f)), dy = round_bf16(randn(M * OC, 1e-3f));
+  struct Result {
+    std::vector<float> y, da, db_in, dlw, dlb, dw, dbias;
+    bool stats_given = false;
+  };
+  for (Fp8Scaling scaling : {Fp8Scaling::delayed, Fp8Scaling::current}) {
+    for (ActivationStorage storage : {ActivationStorage::fp8, ActivationStorage::fp8_all}) {
+      Fp8Config cfg;
+      cfg.scaling = scaling;
+      cfg.activation_storage = storage;
+      Fp8LinearState with("with", cfg), without("without", cfg);
+      auto run = [&](Fp8LinearState& st, bool use_stats) {
+        Var av = make_var(upload(a, {M / 16, 16, C}, DType::bf16), true);
+        Var bv = make_var(upload(b, {M / 16, 16, C}, DType::bf16), true);
+        Var lwv = make_var(upload(lw, {C}, DType::bf16), true), lbv = make_var(upload(lb, {C}, DType::bf16), true);
+        Var wv = make_var(upload(w, {OC, C}, DType::bf16), true);
+        Var biasv = make_var(upload(bias, {OC}, DType::bf16), true);
+        for (const Var* v : {&lwv, &lbv, &wv, &biasv})
+          (*v)->grad = Tensor::zeros((*v)->value.shape(), DType::f32, kGpu, MemCategory::gradients);
+        Tape tape;
+        Var y;
+        RowStats stats;
+        {
+          TapeScope scope(&tape);
+          const Var x = add(av, bv, use_stats ? &stats : nullptr);
+          y = fp8_linear_ln(x, lwv, lbv, wv, biasv, st, use_stats ? &stats : nullptr);
+        }
+        grad_of(y).copy_from(upload(dy, {M / 16, 16, OC}, DType::bf16));
+        {
+          TapeScope none(nullptr);
+          tape.run_backward();
+        }
+        CUDA_CHECK(cudaDeviceSynchronize());
+        Result r{y->value.to_float_vector(),  grad_of(av).to_float_vector(), grad_of(bv).to_float_vector(),
+                 lwv->grad.to_float_vector(), lbv->grad.to_float_vector(),   wv->grad.to_float_vector(),
+                 biasv->grad.to_float_vector(), stats.defined()};
+        st.on_optimizer_step();
+        return r;
+      };
+      for (int step = 0; step < 2; ++step) {
+        INFO("current scaling " << (scaling == Fp8Scaling::current) << " storage " << static_cast<int>(storage)
+                                << " step " << step);
+        const Result f = run(with, true), u = run(without, false);
+        CHECK(f.stats_given);
+        CHECK(f.y == u.y);
+        CHECK(f.da == u.da);
+        CHECK(f.db_in == u.db_in);
+        CHECK(f.dw == u.dw);
+        CHECK(reordered_mismatches(f.dlw, u.dlw) == 0);
+        CHECK(reordered_mismatches(f.dlb, u.dlb) == 0);
+        CHECK(reordered_mismatches(f.dbias, u.dbias) == 0);
+        for (auto [mf, mu] : {std::pair{&with.input, &without.input}, std::pair{&with.grad_output, &without.grad_output}})
+          check_same_meta(*mf, *mu);
+      }
+    }
+  }
+}
+
 TEST_CASE("fp8 linear: CUDA rejects rows that are not a multiple of 16 with an actionable message", "[gpu][fp8]") {
   Fp8LinearState st("h.0.mlp.c_fc", Fp8Config{});
   Var x = make_var(upload(randn(24 * 64), {24, 64}, DType::bf16), true);

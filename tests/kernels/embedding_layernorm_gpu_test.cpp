@@ -1,7 +1,12 @@
 // Embedding and LayerNorm kernels against the CPU reference (bf16 activations, f32 gradients).
 #include <catch2/catch_test_macros.hpp>
 
+#include <tuple>
+
 #include "util/gpu_test_util.h"
+#include "kernels/layernorm.cuh"
+#include "kernels/stream.cuh"
+#include "ops/add_cuda.h"
 #include "ops/cpu/embedding.h"
 #include "ops/cpu/layernorm.h"
 #include "ops/embedding_cuda.h"
@@ -63,4 +68,40 @@ TEST_CASE("layernorm forward and backward", "[gpu][layernorm]") {
     CHECK(rel_err(download(dw), dw0) < 1e-4);
     CHECK(rel_err(download(db), db0) < 1e-4);
   }
+}
+
+TEST_CASE("add with LayerNorm statistics equals add then layernorm_stats bit for bit", "[gpu][layernorm]") {
+  // The residual add that feeds an FP8 LayerNorm cast: out = a + b rounded as the add op rounds, and out's mean and
+  // rstd exactly as layernorm_stats computes them from that sum, and near the CPU reference's. C = 100: the scalar
+  // path; 1600 and 2056: rows of several chunks per lane; N = 333: a partial last block of 8 rows. The offset
+  // case starts a and b one element in, so the kernel takes the scalar path where layernorm_stats takes the vector
+  // one: the statistics must still agree.
+  for (auto [N, C, offset] : {std::tuple<int64_t, int64_t, int64_t>{1, 32, 0}, {77, 100, 0}, {333, 1600, 0},
+                              {40, 2056, 0}, {65, 768, 1}}) {
+    INFO("N " << N << " C " << C << " offset " << offset);
+    const auto a = round_bf16(randn(N * C + offset, 2.0f)), b = round_bf16(randn(N * C + offset, 1.0f));
+    const Tensor ta = upload(a, {N * C + offset}, DType::bf16).slice_flat(offset, {N, C});
+    const Tensor tb = upload(b, {N * C + offset}, DType::bf16).slice_flat(offset, {N, C});
+    Tensor out = poisoned({N, C}, DType::bf16), mean = poisoned({N}, DType::f32), rstd = poisoned({N}, DType::f32);
+    cuda_ops::add_forward_row_stats(out, mean, rstd, ta, tb);
+    // The reference: the sum rounded as the add op rounds (f32 add, bf16 round to nearest even), uploaded aligned,
+    // then layernorm_stats over it.
+    std::vector<float> sum(N * C), norm(N * C), ones(C, 1.0f), zeros(C, 0.0f), rmean(N), rrstd(N);
+    for (int64_t i = 0; i < N * C; ++i) sum[i] = bf16_to_float(float_to_bf16(a[offset + i] + b[offset + i]));
+    const Tensor out_ref = upload(sum, {N, C}, DType::bf16);
+    Tensor mean_ref = poisoned({N}, DType::f32), rstd_ref = poisoned({N}, DType::f32);
+    kernels::layernorm_stats(mean_ref.data<float>(), rstd_ref.data<float>(), out_ref.data<__nv_bfloat16>(), N,
+                             static_cast<int>(C), kernels::compute_stream());
+    const auto got = download(out), got_mean = download(mean), got_rstd = download(rstd);
+    CHECK(got == sum);
+    CHECK(got_mean == download(mean_ref));
+    CHECK(got_rstd == download(rstd_ref));
+    cpu::layernorm_forward(norm.data(), rmean.data(), rrstd.data(), sum.data(), ones.data(), zeros.data(), N, C);
+    CHECK(rel_err(got_mean, rmean) < 1e-5);
+    CHECK(rel_err(got_rstd, rrstd) < 1e-5);
+  }
+  // out must be a new tensor: the kernel re-reads what it wrote.
+  Tensor a = upload(randn(64), {2, 32}, DType::bf16), b = upload(randn(64), {2, 32}, DType::bf16);
+  Tensor mean = poisoned({2}, DType::f32), rstd = poisoned({2}, DType::f32);
+  CHECK_THROWS(cuda_ops::add_forward_row_stats(a, mean, rstd, a, b));
 }
