@@ -96,6 +96,21 @@ TEST_CASE("ops: add gradients match finite differences", "[ops]") {
   check_f32_matches_f64({in[0]->value, in[1]->value}, f);
 }
 
+TEST_CASE("ops: add's row statistics are a CUDA pass; on the CPU they stay undefined and the sum is unchanged",
+          "[ops]") {
+  // add(a, b, &stats) computes the sum's LayerNorm statistics only where a CUDA kernel writes them with the sum
+  // (tests/kernels/embedding_layernorm_gpu_test.cpp); the CPU emulation computes them in fp8_linear_ln's own
+  // LayerNorm, so here the request must leave them undefined (stale ones cleared) and change nothing else.
+  std::mt19937 rng(7);
+  const Var a = leaf(random_tensor(rng, {B, T, C})), b = leaf(random_tensor(rng, {B, T, C}));
+  RowStats stats{Tensor::zeros({B, T}, DType::f32), Tensor::zeros({B, T}, DType::f32)};
+  REQUIRE(stats.defined());
+  const Var with = add(a, b, &stats), without = add(a, b);
+  CHECK_FALSE(stats.defined());
+  for (int64_t i = 0; i < with->value.numel(); ++i)
+    CHECK(with->value.data<double>()[i] == without->value.data<double>()[i]);
+}
+
 TEST_CASE("ops: an input used twice accumulates both gradient contributions", "[ops]") {
   std::mt19937 rng(11);
   // Same Var on both sides of add: d/dx = 2 * dout.
