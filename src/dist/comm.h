@@ -61,6 +61,11 @@ class Communicator {
 // A communicator of one rank: every collective is the identity (copies where in != out).
 std::unique_ptr<Communicator> make_single_communicator();
 
+// Rank `rank` of `world` with no other rank behind it: rank() and size() answer as that rank would, and every
+// collective leaves its tensors as they are. For sizing or writing one rank's part alone (the planner's view of
+// rank 0 of a run on `world` GPUs; tests of one rank's checkpoint files).
+std::unique_ptr<Communicator> make_standin_communicator(int rank, int world);
+
 // The MPI communicator over MPI_COMM_WORLD (CPU tensors). Initialises MPI on first use (finalised
 // at exit) unless the caller already did. Only in builds with MPI (FP8T_HAVE_MPI).
 std::unique_ptr<Communicator> make_mpi_communicator();

@@ -23,7 +23,27 @@ class SingleCommunicator final : public Communicator {
   void broadcast(Tensor&, int) override {}
   void barrier() override {}
 };
+class StandinCommunicator final : public Communicator {
+ public:
+  StandinCommunicator(int rank, int world) : rank_(rank), world_(world) {}
+  int rank() const override { return rank_; }
+  int size() const override { return world_; }
+  std::string backend() const override { return "stand-in"; }
+  void all_reduce(Tensor&, ReduceOp) override {}
+  void reduce_scatter(const Tensor&, Tensor&, ReduceOp) override {}
+  void all_gather(const Tensor&, Tensor&) override {}
+  void broadcast(Tensor&, int) override {}
+  void barrier() override {}
+
+ private:
+  int rank_, world_;
+};
 }  // namespace
+
+std::unique_ptr<Communicator> make_standin_communicator(int rank, int world) {
+  FP8T_CHECK(world >= 1 && rank >= 0 && rank < world, "stand-in communicator: rank {} of {} ranks", rank, world);
+  return std::make_unique<StandinCommunicator>(rank, world);
+}
 
 void Communicator::check_gather_cuts(const Tensor& t, const std::vector<int64_t>& cuts) const {
   FP8T_CHECK(cuts.size() == static_cast<size_t>(size()) + 1 && cuts.front() >= 0 && cuts.back() <= t.numel() &&

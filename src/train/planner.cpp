@@ -16,22 +16,6 @@
 namespace fp8t {
 
 namespace {
-// Rank 0 of `world` ranks whose collectives do nothing: the planner measures memory, not values.
-class PlanningComm final : public Communicator {
- public:
-  explicit PlanningComm(int world) : world_(world) {}
-  int rank() const override { return 0; }
-  int size() const override { return world_; }
-  std::string backend() const override { return "plan"; }
-  void all_reduce(Tensor&, ReduceOp) override {}
-  void reduce_scatter(const Tensor&, Tensor&, ReduceOp) override {}
-  void all_gather(const Tensor&, Tensor&) override {}
-  void broadcast(Tensor&, int) override {}
-  void barrier() override {}
-
- private:
-  int world_;
-};
 
 // Peak bytes per category during one forward/backward at micro-batch b, staged through `reducer` as
 // the trainer does; `saved` gets the activation bytes alive between forward and backward (what the
@@ -86,8 +70,9 @@ MemoryPlan plan_memory(const Config& cfg, int world, int time_steps) {
   model.init(cfg.run.seed);
   model.publish_weights({});
   ParameterStore& P = model.params();
-  PlanningComm comm(world);
-  GradientReducer reducer(cfg.distributed, comm, P);
+  // Rank 0 of `world` ranks whose collectives do nothing: the planner measures memory, not values.
+  const std::unique_ptr<Communicator> comm = make_standin_communicator(0, world);
+  GradientReducer reducer(cfg.distributed, *comm, P);
   AdamW optim(cfg.optim, P, reducer.shard_begin(), reducer.shard_end());
 
   // The two micro-batches must both fill at least one chunk of the head and loss: below that the

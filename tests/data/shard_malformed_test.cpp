@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "data/shard.h"
+#include "tests/util/temp_dir.h"
 
 using namespace fp8t;
 using Catch::Matchers::ContainsSubstring;
@@ -21,17 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("fp8t_shard_malformed_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using test::TempDir;
 
 // Tokens 0, 1, 2, ... wrapping below `vocab`.
 std::vector<uint16_t> tokens_below(size_t n, int vocab) {

@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "data/shard.h"
+#include "tests/util/temp_dir.h"
 
 using namespace fp8t;
 using Catch::Matchers::ContainsSubstring;
@@ -18,18 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory per test, removed afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("fp8t_shard_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using test::TempDir;
 
 std::vector<uint16_t> iota_tokens(size_t n, uint16_t start = 0) {
   std::vector<uint16_t> v(n);

@@ -17,21 +17,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // Rank r of a world of n, for writing the files rank r would write (save needs no collective).
-class RankOf final : public Communicator {
- public:
-  RankOf(int r, int n) : r_(r), n_(n) {}
-  int rank() const override { return r_; }
-  int size() const override { return n_; }
-  std::string backend() const override { return "test"; }
-  void all_reduce(Tensor&, ReduceOp) override {}
-  void reduce_scatter(const Tensor&, Tensor&, ReduceOp) override {}
-  void all_gather(const Tensor&, Tensor&) override {}
-  void broadcast(Tensor&, int) override {}
-  void barrier() override {}
-
- private:
-  int r_, n_;
-};
+std::unique_ptr<Communicator> RankOf(int r, int n) { return make_standin_communicator(r, n); }
 
 const char* name_of(StateDtype s) { return s == StateDtype::fp32 ? "fp32" : s == StateDtype::bf16 ? "bf16" : "fp8"; }
 
@@ -77,7 +63,7 @@ TEST_CASE("optimizer state: save after 5 steps - load - 5 more equals 10 uninter
   init(A);
   AdamW oa(config(s), A, 0, A.padded_numel());
   for (int step = 1; step <= 5; ++step) step_all(A, {&oa}, step);
-  save_optimizer_state(dir, RankOf(0, 1), 0, oa);
+  save_optimizer_state(dir, *RankOf(0, 1), 0, oa);
   CHECK(fs::exists(dir / "optim_state.json"));
   CHECK(fs::exists(dir / "optim_mscale_rank0.bin") == (s == StateDtype::fp8));
   CHECK(fs::file_size(dir / "optim_rank0.bin") == oa.m().nbytes());
@@ -108,8 +94,8 @@ TEST_CASE("optimizer state: two ZeRO shards load into one range exactly when blo
     const int64_t n = P.padded_numel(), half = n / 2;
     AdamW s0(config(s), P, 0, half), s1(config(s), P, half, n);
     for (int step = 1; step <= 4; ++step) step_all(P, {&s0, &s1}, step);
-    save_optimizer_state(dir, RankOf(0, 2), 1, s0);
-    save_optimizer_state(dir, RankOf(1, 2), 1, s1);
+    save_optimizer_state(dir, *RankOf(0, 2), 1, s0);
+    save_optimizer_state(dir, *RankOf(1, 2), 1, s1);
 
     ParameterStore Q(specs(), Device::cpu(), DType::f32, pad);
     AdamW whole(config(s), Q, 0, n);
@@ -149,7 +135,7 @@ TEST_CASE("optimizer state: a checkpoint of another state dtype is converted thr
   init(P);
   AdamW a(config(from), P, 0, P.padded_numel());
   for (int step = 1; step <= 3; ++step) step_all(P, {&a}, step);
-  save_optimizer_state(dir, RankOf(0, 1), 0, a);
+  save_optimizer_state(dir, *RankOf(0, 1), 0, a);
   AdamW b(config(to), P, 0, P.padded_numel());
   CHECK_THAT(load_optimizer_state(dir, 1, 0, b), Catch::Matchers::ContainsSubstring("converted"));
   const std::vector<float> m0 = a.m_values(), v0 = a.v_values(), m1 = b.m_values(), v1 = b.v_values();
@@ -175,7 +161,7 @@ TEST_CASE("optimizer state: checkpoints without optim_state.json hold f32 moment
   init(P);
   AdamW a(config(StateDtype::fp32), P, 0, P.padded_numel());
   for (int step = 1; step <= 2; ++step) step_all(P, {&a}, step);
-  save_optimizer_state(dir, RankOf(0, 1), 0, a);
+  save_optimizer_state(dir, *RankOf(0, 1), 0, a);
   fs::remove(dir / "optim_state.json");
   AdamW b(config(StateDtype::fp32), P, 0, P.padded_numel());
   CHECK(load_optimizer_state(dir, 1, 0, b).empty());
