@@ -356,16 +356,16 @@ Var GPT::hidden(const Tensor& tokens, bool recompute) {
   }
   // Without block checkpoints, each block's last add computes its output's LayerNorm statistics where the next
   // block's ln_1 runs inside its FP8 qkv cast (a checkpointed block recomputes its input's).
-  RowStats stats[2];  // this block's input's, the next block's
+  RowStats x_stats;  // x's, where the previous block's last add computed them
   for (int l = 0; l < cfg_.n_layer; ++l) {
     if (recompute && grad_enabled()) {
       x = checkpoint([this, l](const Var& in) { return block(l, in); }, x);
       continue;
     }
     const bool next_wants = l + 1 < cfg_.n_layer && ln_in_cast(LinearKind::qkv, l + 1);
-    x = block(l, x, &stats[0], next_wants ? &stats[1] : nullptr);
-    stats[0] = next_wants ? std::move(stats[1]) : RowStats{};
-    stats[1] = RowStats{};
+    RowStats out_stats;
+    x = block(l, x, &x_stats, next_wants ? &out_stats : nullptr);
+    x_stats = std::move(out_stats);
   }
   ActivationRole role("final LayerNorm + head + loss");
   return layernorm(x, P.var("ln_f.weight"), P.var("ln_f.bias"));

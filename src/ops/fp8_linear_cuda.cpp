@@ -369,7 +369,9 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   s.M = M;
   s.IC = IC;
   s.OC = OC;
-  s.prologue = ln_input && in_needs_grad ? input : InputPrologue{.kind = input.kind};
+  // The LayerNorm weight and bias when its backward runs (its statistics are kept as s.ln_mean, s.ln_rstd).
+  s.prologue = ln_input && in_needs_grad ? InputPrologue{.kind = input.kind, .ln_w = input.ln_w, .ln_b = input.ln_b}
+                                         : InputPrologue{.kind = input.kind};
   s.x_fp8 = xq;
   s.x_scale = x_scales.slice_flat(1, {1});
   s.recast_xt = recast_xt;
