@@ -5,6 +5,7 @@
 
 #include "kernels/cuda_common.cuh"
 #include "kernels/fp8_codec.cuh"
+#include "kernels/gelu_math.cuh"
 
 namespace fp8t::kernels {
 namespace {
@@ -83,8 +84,8 @@ __device__ __forceinline__ float row_scale(float amax) {
 // The chunk's codes to codes[0, kWidth) and, if roundtrip is not null, their dequantized values to
 // roundtrip[0, kWidth). The codes equal the cast kernels' (f32 product, then satfinite RNE, NaN -> 0x7F).
 template <int kWidth>
-__device__ __forceinline__ void store_chunk(const Bf16Chunk<kWidth>& x, float scale, float scale_inv, uint8_t* codes,
-                                            bf16* roundtrip) {
+__device__ __forceinline__ uint2 store_chunk(const Bf16Chunk<kWidth>& x, float scale, float scale_inv, uint8_t* codes,
+                                             bf16* roundtrip) {
   if constexpr (kWidth == 8) {
     float v[8];
 #pragma unroll
@@ -99,11 +100,59 @@ __device__ __forceinline__ void store_chunk(const Bf16Chunk<kWidth>& x, float sc
         r.v[j] = dequant_bf16<kE4m3>(static_cast<uint8_t>(q[j / 4] >> 8 * (j % 4)), scale_inv);
       r.store(roundtrip);
     }
+    return w;
   } else {
     const uint8_t q = to_fp8<kE4m3>(__fmul_rn(x.value(0), scale));
     *codes = q;
     if (roundtrip) *roundtrip = dequant_bf16<kE4m3>(q, scale_inv);
+    return make_uint2(q, 0);
   }
+}
+
+// The GELU cast that fp8_save_rows_gelu_cast fuses into the save: its output and statistics.
+struct GeluCast {
+  uint8_t* out = nullptr;      // (rows, cols) codes in format F; null: the plain save
+  const float* scale = nullptr;  // the tensor scale (device)
+  float* amax = nullptr;         // max |gelu value| as float bits (atomicMax), or null
+  unsigned long long* saturated = nullptr;  // += count of |value * scale| > fmax, or null
+};
+
+// Running statistics of a thread's GELU values (as the cast kernels keep them): |x| as float bits, whose
+// unsigned order is the float order with NaN above +inf, and the saturation count.
+struct GeluStats {
+  uint32_t amax_bits = 0;
+  uint32_t saturated = 0;
+};
+
+// The chunk's GELU cast from its codes q (store_chunk's) and the row's scale_inv: each value is
+// bf16_rn(gelu(bf16_rn(decode(q) * scale_inv))), the saved_gelu prologue's (kernels/fp8_cast.cuh), and its
+// code to_fp8<F>(value * scale), as the cast kernels write it.
+template <Fp8Format F, int kWidth>
+__device__ __forceinline__ void gelu_cast_chunk(uint2 q, float scale_inv, float scale, uint8_t* out, GeluStats& st) {
+  constexpr int n = kWidth == 8 ? 8 : 1;
+  float v[8] = {};
+#pragma unroll
+  for (int j = 0; j < n; ++j) {
+    const uint8_t c = static_cast<uint8_t>((j < 4 ? q.x : q.y) >> 8 * (j % 4));
+    const float x = __bfloat162float(
+        __float2bfloat16_rn(gelu(__bfloat162float(dequant_bf16<kE4m3>(c, scale_inv)))));
+    v[j] = __fmul_rn(x, scale);
+    st.amax_bits = max(st.amax_bits, __float_as_uint(fabsf(x)));
+    st.saturated += fabsf(v[j]) > fp8_max(F) ? 1u : 0u;
+  }
+  if constexpr (kWidth == 8) *reinterpret_cast<uint2*>(out) = to_fp8x8<F>(v);
+  else *out = to_fp8<F>(v[0]);
+}
+
+// Sum over the block (blockDim.x a multiple of 32); every thread gets it. scratch as block_max's.
+__device__ __forceinline__ uint32_t block_sum(uint32_t v, uint32_t* scratch) {
+  v = __reduce_add_sync(0xffffffffu, v);
+  if (blockDim.x == 32) return v;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  return __reduce_add_sync(0xffffffffu, lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : 0u);
 }
 
 // x (rows, cols) -> codes (rows, cols), scale_inv (rows), roundtrip (rows, cols) or null. Blocks take
@@ -111,13 +160,15 @@ __device__ __forceinline__ void store_chunk(const Bf16Chunk<kWidth>& x, float sc
 // in registers from the load to the stores; chunks beyond (rows longer than kRegChunks * blockDim.x
 // chunks) are loaded again for the stores. roundtrip may be x (not restrict): every element is read by
 // the thread that writes it, and read before it is written.
-template <int kWidth, int kRegChunks>
+template <int kWidth, int kRegChunks, bool kGelu = false, Fp8Format F = kE4m3>
 __global__ void __launch_bounds__(kMaxThreads)
     save_rows_kernel(const bf16* x, int64_t rows, int64_t cols, uint8_t* __restrict__ codes,
-                     float* __restrict__ scale_inv, bf16* roundtrip) {
+                     float* __restrict__ scale_inv, bf16* roundtrip, GeluCast gc = {}) {
   __shared__ uint32_t s_max[kMaxThreads / 32];
   using Chunk = Bf16Chunk<kWidth>;
   const int64_t chunks = cols / kWidth;  // kWidth divides cols (launcher)
+  [[maybe_unused]] const float gelu_scale = kGelu ? *gc.scale : 0.0f;
+  [[maybe_unused]] GeluStats gst;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const bf16* x_r = x + r * cols;
     Chunk reg[kRegChunks];  // (kRegChunks) this thread's chunks of the row
@@ -136,14 +187,26 @@ __global__ void __launch_bounds__(kMaxThreads)
     if (threadIdx.x == 0) scale_inv[r] = sinv;
     uint8_t* codes_r = codes + r * cols;
     bf16* rt_r = roundtrip ? roundtrip + r * cols : nullptr;
+    // Chunk i's codes (and round trip), and with kGelu its GELU cast from those codes.
+    const auto store = [&](const Chunk& c, int64_t i) {
+      [[maybe_unused]] const uint2 q =
+          store_chunk(c, scale, sinv, codes_r + i * kWidth, rt_r ? rt_r + i * kWidth : nullptr);
+      if constexpr (kGelu) gelu_cast_chunk<F, kWidth>(q, sinv, gelu_scale, gc.out + r * cols + i * kWidth, gst);
+    };
 #pragma unroll
     for (int k = 0; k < kRegChunks; ++k) {
       const int i = threadIdx.x + k * blockDim.x;
-      if (i < chunks)
-        store_chunk(reg[k], scale, sinv, codes_r + int64_t{i} * kWidth, rt_r ? rt_r + int64_t{i} * kWidth : nullptr);
+      if (i < chunks) store(reg[k], i);
     }
     for (int64_t i = threadIdx.x + int64_t{kRegChunks} * blockDim.x; i < chunks; i += blockDim.x)
-      store_chunk(Chunk::load(x_r + i * kWidth), scale, sinv, codes_r + i * kWidth, rt_r ? rt_r + i * kWidth : nullptr);
+      store(Chunk::load(x_r + i * kWidth), i);
+  }
+  if constexpr (kGelu) {  // one atomic per block for each statistic
+    const uint32_t a = block_max(gst.amax_bits, s_max), n = block_sum(gst.saturated, s_max);
+    if (threadIdx.x == 0) {
+      if (gc.amax && a) atomicMax(reinterpret_cast<unsigned*>(gc.amax), a);
+      if (gc.saturated && n) atomicAdd(gc.saturated, static_cast<unsigned long long>(n));
+    }
   }
 }
 
@@ -210,6 +273,29 @@ void fp8_save_rows(const __nv_bfloat16* x, int64_t rows, int64_t cols, uint8_t* 
   else
     save_rows_kernel<1, kRegChunks1><<<blocks, threads_for(cols, kRegChunks1), 0, stream>>>(
         x, rows, cols, codes, scale_inv, roundtrip);
+  CUDA_CHECK_LAUNCH();
+}
+
+void fp8_save_rows_gelu_cast(const __nv_bfloat16* x, int64_t rows, int64_t cols, uint8_t* codes, float* scale_inv,
+                             uint8_t* out, Fp8Format format, const float* scale, Fp8CastOutputs stats,
+                             cudaStream_t stream) {
+  FP8T_CHECK(rows > 0 && cols > 0, "fp8_save_rows_gelu_cast: bad sizes rows={} cols={}", rows, cols);
+  FP8T_CHECK(x && codes && scale_inv && out && scale,
+             "fp8_save_rows_gelu_cast: null input, codes, scale_inv, output or scale");
+  FP8T_CHECK(!stats.colsum, "fp8_save_rows_gelu_cast: the GELU cast takes no column sums");
+  const GeluCast gc{out, scale, stats.amax, stats.saturated};
+  const bool vec = cols % 8 == 0 && aligned16(x) && aligned8(codes) && aligned8(out);
+  const int blocks = blocks_for(rows);
+  const auto launch = [&]<Fp8Format F>() {
+    if (vec)
+      save_rows_kernel<8, kRegChunks8, true, F><<<blocks, threads_for(cols / 8, kRegChunks8), 0, stream>>>(
+          x, rows, cols, codes, scale_inv, nullptr, gc);
+    else
+      save_rows_kernel<1, kRegChunks1, true, F><<<blocks, threads_for(cols, kRegChunks1), 0, stream>>>(
+          x, rows, cols, codes, scale_inv, nullptr, gc);
+  };
+  if (format == Fp8Format::e4m3) launch.operator()<Fp8Format::e4m3>();
+  else launch.operator()<Fp8Format::e5m2>();
   CUDA_CHECK_LAUNCH();
 }
 

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/fp8_cast.cuh"
+
 namespace fp8t::kernels {
 
 // x (rows, cols) bf16, row-major. For each row r: amax = max |x[r, :]| (NaN if the row holds one),
@@ -19,6 +21,15 @@ namespace fp8t::kernels {
 // otherwise); longer rows are read twice.
 void fp8_save_rows(const __nv_bfloat16* x, int64_t rows, int64_t cols, uint8_t* codes, float* scale_inv,
                    __nv_bfloat16* roundtrip, cudaStream_t stream);
+
+// fp8_save_rows without a round trip and, in the same pass, the cast of GELU of the round trip: out (rows, cols) =
+// float_to_fp8(bf16_rn(gelu(restore(r, c))) * *scale) in `format`, with its amax and saturation count in stats
+// (colsum must be null). Bit for bit fp8_save_rows followed by fp8_cast with the saved_gelu prologue
+// (kernels/fp8_cast.cuh) on its codes, without reading the codes back: fc2's input cast under fp8_all, fused with
+// the save of pre (fc's output). out must not overlap x or codes.
+void fp8_save_rows_gelu_cast(const __nv_bfloat16* x, int64_t rows, int64_t cols, uint8_t* codes, float* scale_inv,
+                             uint8_t* out, Fp8Format format, const float* scale, Fp8CastOutputs stats,
+                             cudaStream_t stream);
 
 // out (rows, cols) bf16 = bf16_rn(decode(codes[r, c]) * scale_inv[r]), E4M3 codes.
 void fp8_dequantize_rows(const uint8_t* codes, int64_t rows, int64_t cols, const float* scale_inv,

@@ -37,12 +37,8 @@ QuantizedTensor save_rows(const Tensor& x, Tensor* rt) {
   }
 #ifdef FP8T_HAVE_CUDA
   FP8T_CHECK(x.dtype() == DType::bf16, "fp8_save: CUDA tensors must be bf16, got {}", x.str());
-  QuantizedTensor s;
-  s.layout = ScaleLayout::per_row;
-  s.shape = x.ndim() == 0 ? Shape{1} : x.shape();
+  QuantizedTensor s = fp8_saved_rows_empty(x);
   const int64_t rows = s.rows(), cols = s.cols();
-  s.codes = Tensor::empty(x.shape(), DType::e4m3, x.device(), MemCategory::activations);
-  s.scale_inv = Tensor::empty({rows}, DType::f32, x.device(), MemCategory::activations);
   if (x.numel() > 0)
     kernels::fp8_save_rows(x.data<__nv_bfloat16>(), rows, cols, s.codes.data<uint8_t>(), s.scale_inv.data<float>(),
                            rt ? rt->data<__nv_bfloat16>() : nullptr, kernels::compute_stream());
@@ -55,6 +51,15 @@ QuantizedTensor save_rows(const Tensor& x, Tensor* rt) {
 }
 
 }  // namespace
+
+QuantizedTensor fp8_saved_rows_empty(const Tensor& x) {
+  QuantizedTensor s;
+  s.layout = ScaleLayout::per_row;
+  s.shape = x.ndim() == 0 ? Shape{1} : x.shape();
+  s.codes = Tensor::empty(x.shape(), DType::e4m3, x.device(), MemCategory::activations);
+  s.scale_inv = Tensor::empty({s.rows()}, DType::f32, x.device(), MemCategory::activations);
+  return s;
+}
 
 QuantizedTensor fp8_save(const Tensor& x, Tensor* roundtrip) {
   // Built aside and assigned last: roundtrip may point at x.

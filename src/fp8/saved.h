@@ -23,6 +23,10 @@ QuantizedTensor fp8_save(const Tensor& x, Tensor* roundtrip);
 // sees the rounded values, so the caller must own x (no view of it, and no saved node that still reads
 // it unrounded).
 QuantizedTensor fp8_save_inplace(Tensor& x);
+// The saved form's tensors for x (E4M3 codes of x's shape, an f32 scale_inv per row, on x's device), not yet
+// written: for a kernel that writes them as fp8_save does while doing more in the same pass (the FP8 linear's
+// save of pre fused with its GELU cast, kernels/fp8_saved.cuh).
+QuantizedTensor fp8_saved_rows_empty(const Tensor& x);
 // dequant(q(x)), a new tensor of category `cat` (dequantize(s, cat)).
 Tensor fp8_restore(const QuantizedTensor& s, MemCategory cat = MemCategory::activations);
 

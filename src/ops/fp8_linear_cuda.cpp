@@ -15,6 +15,7 @@
 #include "core/launch_limits.h"
 #include "fp8/saved.h"
 #include "kernels/fp8_cast.cuh"
+#include "kernels/fp8_saved.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
 #include "kernels/stream.cuh"
@@ -283,11 +284,14 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   // does (ops.h; a later reader of x sees it rounded). Where the scale is known before the cast, the cast
   // reads the codes (saved_gelu: 1 byte per element instead of 2), and with no later reader of x
   // (input.last_reader) the round trip is not written; a scale-from-tensor recipe's amax pass reads it.
+  // With no later reader and the scale known, one kernel saves pre and casts GELU of the codes it wrote
+  // (fp8_save_rows_gelu_cast: the same codes, without reading them back).
   const bool save_pre_fp8 = gelu_input && needs_grad(x) && fp8_all;
   const bool cast_from_codes = save_pre_fp8 && !st.input.recipe->scale_from_tensor();
+  const bool save_with_cast = cast_from_codes && input.last_reader;
   QuantizedTensor pre_saved;
-  if (save_pre_fp8)
-    pre_saved = cast_from_codes && input.last_reader ? fp8_save(x->value, nullptr) : fp8_save_inplace(x->value);
+  if (save_with_cast) pre_saved = fp8_saved_rows_empty(x->value);
+  else if (save_pre_fp8) pre_saved = fp8_save_inplace(x->value);
   const k::Fp8CastInput cast_input = cast_from_codes ? k::Fp8CastInput::saved_gelu : input.kind;
   const Tensor& xv = x->value;
   // wgrad needs x^T K-major: with fp8 storage the forward cast writes it alongside x. fp8_all with a
@@ -336,9 +340,14 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   }
   QuantizedTensor xq = per_tensor_codes(M, IC, fp8_dtype(st.formats.forward), xv.device(), true, keep_xt,
                                         MemCategory::workspace, MemCategory::activations, x_scales.slice_flat(0, {1}));
-  k::fp8_cast(x2.raw(), DType::bf16, M, IC, xq.codes.data<uint8_t>(), keep_xt ? xq.codes_t.data<uint8_t>() : nullptr,
-              st.formats.forward, &sx->scale, grad_enabled() ? stats_into(sx) : k::Fp8CastOutputs{}, stream,
-              cast_input, cast_operands);
+  const k::Fp8CastOutputs x_stats = grad_enabled() ? stats_into(sx) : k::Fp8CastOutputs{};
+  if (save_with_cast)  // keep_xt is false: recast_xt
+    k::fp8_save_rows_gelu_cast(x2.data<bf16>(), M, IC, pre_saved.codes.data<uint8_t>(),
+                               pre_saved.scale_inv.data<float>(), xq.codes.data<uint8_t>(), st.formats.forward,
+                               &sx->scale, x_stats, stream);
+  else
+    k::fp8_cast(x2.raw(), DType::bf16, M, IC, xq.codes.data<uint8_t>(), keep_xt ? xq.codes_t.data<uint8_t>() : nullptr,
+                st.formats.forward, &sx->scale, x_stats, stream, cast_input, cast_operands);
   if (grad_enabled()) st.device.mark_pending(Fp8Role::input);
 
   Shape oshape = xv.shape();

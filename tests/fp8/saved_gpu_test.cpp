@@ -182,6 +182,60 @@ TEST_CASE("fp8_save_rows: misaligned input or outputs take the scalar path, bit-
   }
 }
 
+TEST_CASE("fp8_save_rows_gelu_cast equals fp8_save_rows then the saved_gelu cast bit for bit - shapes - misaligned",
+          "[gpu][fp8][saved]") {
+  const cudaStream_t stream = kernels::compute_stream();
+  // The tensor scale saturates the largest rows' GELU values in E4M3 (|gelu| up to ~2^8, times 7.5).
+  const Tensor scale = upload({7.5f}, {1}, DType::f32);
+  std::vector<std::tuple<RowsShape, int64_t>> cases;  // shape, offset of x, the codes and the output
+  for (const RowsShape sh : saved_shapes()) cases.emplace_back(sh, 0);
+  for (const RowsShape sh : {RowsShape{3, 2304}, RowsShape{1000, 77}, RowsShape{3, 6400}}) cases.emplace_back(sh, 1);
+  for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2})
+    for (const auto& [sh, off] : cases) {
+      const int64_t rows = sh.rows, cols = sh.cols, n = rows * cols;
+      INFO("rows " << rows << " cols " << cols << " offset " << off << " format "
+                   << (f == Fp8Format::e4m3 ? "e4m3" : "e5m2"));
+      const Tensor tx = upload_at(saved_input(rows, cols), off);
+      const __nv_bfloat16* x = tx.data<__nv_bfloat16>() + off;
+      struct Result {
+        std::vector<uint8_t> codes, out;
+        std::vector<float> scale_inv, amax;
+        unsigned long long saturated;
+      };
+      auto run = [&](bool fused) {
+        Tensor tc = poisoned({n + off}, DType::e4m3), ts = poisoned({rows}, DType::f32);
+        Tensor to = poisoned({n + off}, DType::e4m3);
+        Tensor st = Tensor::zeros({4}, DType::f32, kGpu);  // amax (float), pad, saturated (u64)
+        const kernels::Fp8CastOutputs stats{st.data<float>(), reinterpret_cast<unsigned long long*>(st.data<float>() + 2)};
+        uint8_t* codes = tc.data<uint8_t>() + off;
+        uint8_t* out = to.data<uint8_t>() + off;
+        if (fused) {
+          kernels::fp8_save_rows_gelu_cast(x, rows, cols, codes, ts.data<float>(), out, f, scale.data<float>(), stats,
+                                           stream);
+        } else {
+          kernels::fp8_save_rows(x, rows, cols, codes, ts.data<float>(), nullptr, stream);
+          kernels::Fp8CastOperands ops;
+          ops.pre_codes = codes;
+          ops.row_scale_inv = ts.data<float>();
+          kernels::fp8_cast(nullptr, DType::bf16, rows, cols, out, nullptr, f, scale.data<float>(), stats, stream,
+                            kernels::Fp8CastInput::saved_gelu, ops);
+        }
+        Result r{download_bytes(codes, n), download_bytes(out, n), download(ts), {}, 0};
+        const std::vector<float> sv = download(st);
+        r.amax = {sv[0]};
+        std::memcpy(&r.saturated, &sv[2], sizeof(r.saturated));
+        return r;
+      };
+      const Result want = run(false), got = run(true);
+      CHECK(mismatches(got.codes, want.codes) == 0);
+      CHECK(mismatches(got.scale_inv, want.scale_inv) == 0);
+      CHECK(mismatches(got.out, want.out) == 0);
+      CHECK(mismatches(got.amax, want.amax) == 0);
+      CHECK(got.saturated == want.saturated);
+      if (rows >= 1000 && f == Fp8Format::e4m3) CHECK(want.saturated > 0);  // the saturating rows were there
+    }
+}
+
 TEST_CASE("fp8_dequantize_rows is bit-exact against the host path - shapes - misaligned - every code",
           "[gpu][fp8][saved]") {
   auto run = [](const std::vector<uint8_t>& codes, const std::vector<float>& scale_inv, int64_t rows, int64_t cols,
