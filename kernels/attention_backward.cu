@@ -43,21 +43,24 @@ __global__ void attention_delta_kernel(float* delta, float* dq_accum, const bf16
 }
 
 // delta as attention_delta_kernel, with O read from its transposed E4M3 codes o_t (C, M), M = B * T, times
-// *scale_inv. A thread takes 4 adjacent rows (M % 4 == 0) of one head: per 8 channels it loads the 4 rows' 16 bytes
-// of dO and, for each channel, the 4 rows' codes as one word, so a warp's code loads read 128 contiguous bytes.
-// O is the f32 product decode(code) * scale_inv, not rounded to bf16 (the CPU emulation's dequantized value).
+// *scale_inv. A lane takes 4 adjacent rows (M % 4 == 0) and 8 channels of one head; the HS / 8 lanes of such a group
+// of rows sit side by side in the warp and add up their partial sums by shuffles. So a group's lanes read each row's
+// dO (HS channels) as one contiguous run, and for each channel the 4 rows' codes are one word, the warp's groups
+// reading adjacent words. O is the f32 product decode(code) * scale_inv, not rounded to bf16 (the CPU emulation's
+// dequantized value).
 template <int HS>
 __global__ void attention_delta_fp8t_kernel(float* delta, const bf16* dout, const uint8_t* o_t,
                                             const float* scale_inv_ptr, int64_t M, int T, int NH) {
-  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;  // (head, group of 4 rows)
-  const int64_t groups = M / 4;
-  if (i >= groups * NH) return;
-  const int h = static_cast<int>(i / groups);
-  const int64_t m0 = 4 * (i % groups), C = int64_t{NH} * HS;
-  const float scale_inv = *scale_inv_ptr;
+  constexpr int kLanes = HS / 8;  // lanes per group of 4 rows: 8 or 16, dividing the warp
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, groups = M / 4;
+  const int64_t g = i / kLanes;  // (head, group of 4 rows)
+  const int c0 = 8 * static_cast<int>(i % kLanes);
+  const bool inside = g < groups * NH;  // every lane stays for the shuffles
+  const int h = inside ? static_cast<int>(g / groups) : 0;
+  const int64_t m0 = inside ? 4 * (g % groups) : 0, C = int64_t{NH} * HS;
   float acc[4] = {};
-#pragma unroll 2
-  for (int c0 = 0; c0 < HS; c0 += 8) {
+  if (inside) {
+    const float scale_inv = *scale_inv_ptr;
     Vec16<bf16> d[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) d[r] = Vec16<bf16>::load(dout + (m0 + r) * C + h * HS + c0);
@@ -73,9 +76,15 @@ __global__ void attention_delta_fp8t_kernel(float* delta, const bf16* dout, cons
       }
   }
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int64_t m = m0 + r, b = m / T, t = m % T;
-    delta[(b * NH + h) * T + t] = acc[r];
+  for (int m = kLanes / 2; m > 0; m >>= 1)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], m);
+  if (inside && c0 == 0) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int64_t m = m0 + r, b = m / T, t = m % T;
+      delta[(b * NH + h) * T + t] = acc[r];
+    }
   }
 }
 
@@ -342,11 +351,11 @@ void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, co
   FP8T_CHECK((out.bf16 != nullptr) != (out.e4m3_t != nullptr) && (!out.e4m3_t || out.scale_inv),
              "attention_backward: O must be given either as bf16 or as E4M3 codes with their scale_inv");
   if (out.e4m3_t) {  // the codes' kernel leaves dq_accum alone: zeroed here in either layout
-    const int64_t M = int64_t{B} * T, threads = M / 4 * NH;
+    const int64_t M = int64_t{B} * T, threads = M / 4 * NH * (HS / 8);
     FP8T_CHECK(M % 16 == 0 && aligned16(out.e4m3_t),
                "attention_backward: O's transposed codes need B * T = {} a multiple of 16 and 16-byte alignment", M);
     const unsigned blocks =
-        checked_grid(ceil_div64(threads, 256), kMaxGridX, "attention_backward", "B*T / 4 * NH threads (256 per block)");
+        checked_grid(ceil_div64(threads, 256), kMaxGridX, "attention_backward", "B*T / 4 * NH * HS / 8 threads (256 per block)");
     CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, attention_dq_floats(layout, B, T, NH, HS) * sizeof(float), stream));
     if (HS == 64)
       attention_delta_fp8t_kernel<64><<<blocks, 256, 0, stream>>>(delta, dout, out.e4m3_t, out.scale_inv, M, T, NH);
