@@ -42,14 +42,19 @@ struct StepReport {
   int skipped_steps = 0;         // steps skipped so far in the run, this one included (resumes count on)
   int64_t memory_peak = 0;       // bytes
   double eta_s = 0;
+  // Where the step's time went on the host: queue_ms from the step's start until every micro-step's forward and
+  // backward was queued (on CUDA the host runs ahead of the device; a data copy that waits for it counts here),
+  // wait_ms then waiting for the device to finish them (at the loss read). wait_ms near 0 on CUDA: the device
+  // waited for the host (launch-bound); wait_ms near step_ms - queue_ms: the host was far ahead.
+  double queue_ms = 0, wait_ms = 0;
 };
 
 // "step    12/100 | loss 3.1234 | z +0.52 | lr 6.00e-04 | norm 0.812 | 95 ms | 10780 tok/s | MFU 41.2% |
 // mem 145.7 MiB | skipped 2 | ETA 1m05s": z only when defined, MFU only when known, skipped only once
 // a step was.
 std::string step_line(const StepReport& r);
-// The step's metrics.jsonl fields: step, tokens, loss, loss_z (when defined), lr, grad_norm, step_ms,
-// tokens_per_s, mfu (when known), skipped_steps, and skipped: true on a skipped step.
+// The step's metrics.jsonl fields: step, tokens, loss, loss_z (when defined), lr, grad_norm, step_ms, queue_ms,
+// wait_ms, tokens_per_s, mfu (when known), skipped_steps, and skipped: true on a skipped step.
 nlohmann::json step_json(const StepReport& r);
 
 // "1h02m" or "3m05s"; "?" when not finite.

@@ -184,7 +184,9 @@ class Trainer {
       if (!loss_sum.defined()) loss_sum = zeros_like(loss->value, loss->value.dtype());
       add_(loss_sum, loss->value);
     }
+    const auto t_queued = Clock::now();  // every micro-step's forward and backward queued on the device
     const double local_loss = loss_sum.to_float_vector()[0] / accum_;
+    const auto t_done = Clock::now();
     const double loss = scalar_sum_over_ranks(comm_, local_loss, device_) / comm_.size();
 
     // Gradients: sum over ranks (stage 0: everywhere; stages 1, 2: only this rank's shard).
@@ -224,6 +226,8 @@ class Trainer {
     last_lr_ = lr;
     last_norm_ = norm;
     last_step_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    last_queue_ms_ = std::chrono::duration<double, std::milli>(t_queued - t0).count();
+    last_wait_ms_ = std::chrono::duration<double, std::milli>(t_done - t_queued).count();
     last_skipped_ = skipped;
     return loss;
   }
@@ -324,7 +328,7 @@ class Trainer {
     const MemoryStats mem = allocator_for(device_).stats();
     StepReport r{step_, cfg_.train.max_steps, tokens_, loss, last_lr_, last_norm_, last_step_ms_,
                  tokens_per_step_ / (last_step_ms_ / 1e3), losses_.push(loss), {}, last_skipped_, skipped_steps_,
-                 mem.total_peak, eta};
+                 mem.total_peak, eta, last_queue_ms_, last_wait_ms_};
     if (peak_.tflops > 0) r.mfu = model_->flops_per_token() * r.tokens_per_s / comm_.size() / (peak_.tflops * 1e12);
     if (step_ % cfg_.run.log_every == 0 || step_ == cfg_.train.max_steps || !val.empty())
       log_->info("{}{}", step_line(r), val.empty() ? "" : " | " + val_text(cfg_.data.val, val));
@@ -374,7 +378,7 @@ class Trainer {
   int accum_ = 1;
   int64_t tokens_per_step_ = 0, opt_begin_ = 0, opt_end_ = 0, tokens_ = 0;
   int step_ = 0, opt_steps_ = 0;
-  double last_lr_ = 0, last_norm_ = 0, last_step_ms_ = 0;
+  double last_lr_ = 0, last_norm_ = 0, last_step_ms_ = 0, last_queue_ms_ = 0, last_wait_ms_ = 0;
   bool last_skipped_ = false;
   int skipped_steps_ = 0;  // over the whole run, resumes included (state.json)
   LossWindow losses_;      // rank 0: the step line's z-score

@@ -86,7 +86,8 @@ TEST_CASE("train: the step line and metrics fields show the z-score - MFU and sk
   CHECK(j["mfu"] == 0.4123);
   CHECK(j["skipped_steps"] == 2);
   CHECK(j["skipped"] == true);
-  for (const char* k : {"step", "tokens", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s"}) CHECK(j.contains(k));
+  for (const char* k : {"step", "tokens", "loss", "lr", "grad_norm", "step_ms", "queue_ms", "wait_ms", "tokens_per_s"})
+    CHECK(j.contains(k));
 }
 
 namespace {

@@ -93,8 +93,14 @@ TEST_CASE("train: a small GPT learns - writes its run directory and resumes exac
     }
     if (!j.contains("loss")) continue;
     ++steps;
-    for (const char* k : {"step", "tokens", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "memory"})
+    for (const char* k : {"step", "tokens", "loss", "lr", "grad_norm", "step_ms", "queue_ms", "wait_ms",
+                          "tokens_per_s", "memory"})
       REQUIRE(j.contains(k));
+    // The host's split of the step: queueing, then waiting at the loss read, both inside the step.
+    const double queue = j["queue_ms"], wait = j["wait_ms"], step = j["step_ms"];
+    CHECK(queue > 0.0);
+    CHECK(wait >= 0.0);
+    CHECK(queue + wait <= step);
     CHECK(j["memory"]["current"]["parameters"].get<int64_t>() > 0);
     CHECK(j["memory"]["current"]["optimizer"].get<int64_t>() > 0);
   }
