@@ -29,14 +29,14 @@ row_args() {
     *) echo "unknown row $1" >&2; return 1 ;;
   esac
 }
-summary() {  # metrics.jsonl -> "tokens/s peak_GiB"
+summary() {  # metrics.jsonl -> "tokens/s peak_GiB queue_ms wait_ms" (medians over the warm steps)
   python3 - "$1" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
 warm = rows[max(1, len(rows) // 3):] or rows
-tps = sorted(r["tokens_per_s"] for r in warm)[len(warm) // 2]
+med = lambda k: sorted(r[k] for r in warm)[len(warm) // 2] if all(k in r for r in warm) else float("nan")
 peak = max(r["memory"]["total_peak"] for r in rows) / 2**30
-print(f"{tps:,.0f} {peak:.2f}")
+print(f"{med('tokens_per_s'):,.0f} {peak:.2f} {med('queue_ms'):.1f} {med('wait_ms'):.1f}")
 PY
 }
 
@@ -57,7 +57,7 @@ for name in ${ROWS:-bf16 fp8 fp8_all}; do
   # shellcheck disable=SC2046
   if "$BIN" train --config $(row_args "$name") "${COMMON[@]}" "${RUN[@]}" --set train.micro_batch="$mb" \
        --set run.memory_limit_gib="$CAP" --set train.max_steps=2 --set run.out_dir="$run" > "$run.log" 2>&1; then
-    read -r tps peak <<< "$(summary "$run/metrics.jsonl")"
+    read -r tps peak _ <<< "$(summary "$run/metrics.jsonl")"
     echo "| $name | $mb | $ratio | $saved | yes | $peak | $tps |"
   else
     echo "| $name | $mb | $ratio | $saved | NO: $(grep -m1 -o 'error.*' "$run.log" | cut -c1-160) | - | - |"
@@ -67,16 +67,17 @@ done
 
 [ "${SKIP_SPEED:-0}" = 1 ] && exit 0
 echo
-echo "| $MODEL, micro-batch $B, $STEPS steps | tokens/s | peak GiB |"
-echo "|---|---|---|"
+# queue / wait ms: the host's time queueing a step's forward and backward, then waiting for the device (metrics.jsonl).
+echo "| $MODEL, micro-batch $B, $STEPS steps | tokens/s | peak GiB | queue ms | wait ms |"
+echo "|---|---|---|---|---|"
 for name in ${ROWS:-bf16 fp8 fp8_all}; do
   run="runs/wall/$MODEL-$name-b$B"; rm -rf "$run"
   # shellcheck disable=SC2046
   if "$BIN" train --config $(row_args "$name") "${COMMON[@]}" "${RUN[@]}" --set train.micro_batch="$B" \
        --set train.max_steps="$STEPS" --set run.out_dir="$run" > "$run.log" 2>&1; then
-    read -r tps peak <<< "$(summary "$run/metrics.jsonl")"
-    echo "| $name | $tps | $peak |"
+    read -r tps peak queue wait <<< "$(summary "$run/metrics.jsonl")"
+    echo "| $name | $tps | $peak | $queue | $wait |"
   else
-    echo "| $name | failed: $(grep -m1 -o 'error.*' "$run.log" | cut -c1-160) | - |"
+    echo "| $name | failed: $(grep -m1 -o 'error.*' "$run.log" | cut -c1-160) | - | - | - |"
   fi
 done
