@@ -1,6 +1,8 @@
 // Tape, scopes and activation recompute.
 #include "autograd/tape.h"
 
+#include <atomic>
+
 #include "autograd/finite_watch.h"
 #include "core/check.h"
 #include "core/tensor_ops.h"
@@ -71,6 +73,31 @@ bool grad_enabled() { return g_tape != nullptr; }
 
 TapeScope::TapeScope(Tape* tape) : prev_(g_tape) { g_tape = tape; }
 TapeScope::~TapeScope() { g_tape = prev_; }
+
+uint64_t Tape::next_id() {
+  static std::atomic<uint64_t> next{1};
+  return next++;
+}
+
+void mark_gradient_read_only(const Var& y, std::initializer_list<const Var*> inputs) {
+  Tape* tape = current_tape();
+  FP8T_CHECK(tape && tape->size() > 0, "mark_gradient_read_only: no node recorded");
+  GradCell& cell = *y->grad_cell;
+  cell.read_only_tape = tape->id();
+  cell.read_only_node = tape->size() - 1;
+  cell.read_only_writes.clear();
+  for (const Var* v : inputs)
+    if (v && *v) cell.read_only_writes.push_back((*v)->grad_cell.get());
+}
+
+bool gradient_read_only_by_last_node(const Var& v, const Var& other) {
+  const Tape* tape = current_tape();
+  const GradCell& cell = *v->grad_cell;
+  if (!tape || cell.read_only_tape != tape->id() || cell.read_only_node + 1 != tape->size()) return false;
+  for (const GradCell* w : cell.read_only_writes)
+    if (w == other->grad_cell.get()) return false;
+  return true;
+}
 
 void Tape::record(const char* name, std::function<void()> backward) {
   nodes_.push_back(Node{name, std::move(backward), nullptr});

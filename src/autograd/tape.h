@@ -2,7 +2,9 @@
 // tensors its backward reads); Tape::backward runs them in reverse and frees each after use.
 // Autograd never sees CUDA or MPI: closures call ops, ops call kernels.
 #pragma once
+#include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,13 +39,26 @@ class Tape {
   // An op that computed gradients during the forward pass for an assumed loss-gradient seed (the
   // chunked lm_head loss) registers it; backward() then refuses any other seed.
   void require_seed(float seed) { required_seed_ = seed; has_required_seed_ = true; }
+  // Unique over the process's tapes (never 0), so a mark left by a tape is not mistaken for another's.
+  uint64_t id() const { return id_; }
 
  private:
+  static uint64_t next_id();
+  uint64_t id_ = next_id();
   std::vector<Node> nodes_;
   float required_seed_ = 1.0f;
   bool has_required_seed_ = false;
   std::function<void(size_t)> hook_;
 };
+
+// An op calls this right after recording its node, for its output y, when that node's backward reads y's gradient,
+// never writes into it, and writes only into the gradients of `inputs` (null entries skipped). An add recorded next
+// on the same tape may then give y the buffer of its own output's gradient, which its other input keeps too,
+// instead of a copy: nothing runs between the add's backward and that node's (ops/add.cpp).
+void mark_gradient_read_only(const Var& y, std::initializer_list<const Var*> inputs);
+// True when v's gradient was so marked by the node recorded last on the current tape, and that node does not write
+// into other's gradient.
+bool gradient_read_only_by_last_node(const Var& v, const Var& other);
 
 // The tape ops record onto (thread-local); null means gradients are not recorded.
 Tape* current_tape();

@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -34,6 +35,13 @@ struct GradCell {
   // parameter whose gradient lives in a staging bucket allocated on demand (ZeRO-2, dist/zero.h).
   // Such a gradient counts as existing (grad_exists), so ops accumulate into it and never assign one.
   std::function<Tensor()> make_grad;
+  // Set by the Var's producer right after recording its node (mark_gradient_read_only, autograd/tape.h): the
+  // tape (by id; 0: not marked) and index of that node, which reads this gradient and never writes into it, and
+  // the gradient cells it writes. An add recorded right after may hand this Var its own output's gradient buffer
+  // instead of a copy (ops/add.cpp).
+  uint64_t read_only_tape = 0;
+  size_t read_only_node = 0;
+  std::vector<const GradCell*> read_only_writes;
 };
 
 struct VarImpl {

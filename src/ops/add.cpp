@@ -29,13 +29,17 @@ Var add(const Var& a, const Var& b, RowStats* stats) {
   Var y = make_output(std::move(out));
   if (needs_grad(a, b)) {
     y->requires_grad = true;
+    // b's producer recorded just before this node, reads b's gradient only and does not write a's (a residual
+    // branch's last linear): b may share d(out)'s buffer too, as its backward runs right after this one.
+    const bool b_shares = gradient_read_only_by_last_node(b, a);
     // Only gradient handles are held: add needs neither input's value in backward.
-    current_tape()->record("add", [ag = grad_ref(a), bg = grad_ref(b), yg = grad_ref(y)] {
+    current_tape()->record("add", [ag = grad_ref(a), bg = grad_ref(b), yg = grad_ref(y), b_shares] {
       const Tensor& dout = grad_of(yg);
       // A gradient that does not exist yet takes d(out) as it is instead of a zero fill and an add:
-      // `a` shares d(out)'s buffer (y's backward is done, so nothing else writes it), `b` gets a copy
-      // (later accumulation into a's gradient must not reach b's). With a == b the shared buffer is
-      // then doubled in place, as it should be.
+      // `a` shares d(out)'s buffer (y's backward is done, so nothing else writes it). `b` gets a copy, as later
+      // accumulation into a's gradient must not reach b's, unless b_shares: then the only node to run before
+      // anything writes into a's gradient is b's producer, which reads b's and writes neither. With a == b the
+      // shared buffer is then doubled in place, as it should be.
       if (ag.requires_grad) {
         if (!grad_exists(ag) && dout.dtype() == ag.dtype && dout.device() == ag.device)
           ag.cell->grad = dout.view(ag.shape);
@@ -44,8 +48,12 @@ Var add(const Var& a, const Var& b, RowStats* stats) {
       }
       if (bg.requires_grad) {
         if (!grad_exists(bg) && dout.dtype() == bg.dtype && dout.device() == bg.device) {
-          bg.cell->grad = Tensor::empty(bg.shape, bg.dtype, bg.device, MemCategory::activations);
-          bg.cell->grad.copy_from(dout);
+          if (b_shares) {
+            bg.cell->grad = dout.view(bg.shape);
+          } else {
+            bg.cell->grad = Tensor::empty(bg.shape, bg.dtype, bg.device, MemCategory::activations);
+            bg.cell->grad.copy_from(dout);
+          }
         } else {
           add_(grad_of(bg), dout);
         }

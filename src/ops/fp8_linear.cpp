@@ -234,6 +234,7 @@ Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st,
       db.commit();
     }
   });
+  mark_gradient_read_only(y, {&x, &w, &b});
   // x from its codes for x's other readers (fp8_linear.h); after the node took what it needs of x.
   if (serve_input && store_fp8)
     release_for_recompute(x, [xq, shape = x->value.shape()] {

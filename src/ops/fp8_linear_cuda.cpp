@@ -395,6 +395,7 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
     s.ln_rstd = ln_rstd;
   }
   current_tape()->record(node, [s = std::move(s)] { backward_stage(s); });
+  mark_gradient_read_only(y, {&x, &w, &b, &input.ln_w, &input.ln_b});
   if (serve_input && keep_xt) {  // x from x^T's codes, for x's other readers (fp8_linear.h), or the codes
     xq.shape = xv.shape();
     release_for_recompute(x, [xq] { return dequantize(xq, MemCategory::workspace); }, xq);

@@ -56,6 +56,7 @@ Var linear(const Var& x, const Var& w, const Var& b) {
             db.commit();
           });
     });
+    mark_gradient_read_only(y, {&x, &w, &b});
   }
   watch_op("linear", y, {&x, &w, &b});
   return y;

@@ -139,6 +139,7 @@ Var gelu_mlp_cuda(const Var& x, const Var& w1, const Var& b1, const Var& w2, con
       cuda_ops::matmul_backward(or_null(dx), or_null(dw1), or_null(db1), dpre, xv.view({M, IC}), w1->value,
                                 accumulate);
     });
+    mark_gradient_read_only(y, {&x, &w1, &b1, &w2, &b2});
   }
   watch_op("gelu_mlp", y, {&x, &w1, &b1, &w2, &b2});
   return y;
