@@ -354,8 +354,8 @@ void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, co
     const int64_t M = int64_t{B} * T, threads = M / 4 * NH * (HS / 8);
     FP8T_CHECK(M % 16 == 0 && aligned16(out.e4m3_t),
                "attention_backward: O's transposed codes need B * T = {} a multiple of 16 and 16-byte alignment", M);
-    const unsigned blocks =
-        checked_grid(ceil_div64(threads, 256), kMaxGridX, "attention_backward", "B*T / 4 * NH * HS / 8 threads (256 per block)");
+    const unsigned blocks = checked_grid(ceil_div64(threads, 256), kMaxGridX, "attention_backward",
+                                         "B*T / 4 * NH * HS / 8 threads (256 per block)");
     CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, attention_dq_floats(layout, B, T, NH, HS) * sizeof(float), stream));
     if (HS == 64)
       attention_delta_fp8t_kernel<64><<<blocks, 256, 0, stream>>>(delta, dout, out.e4m3_t, out.scale_inv, M, T, NH);

@@ -111,7 +111,7 @@ __device__ __forceinline__ uint2 store_chunk(const Bf16Chunk<kWidth>& x, float s
 
 // The GELU cast that fp8_save_rows_gelu_cast fuses into the save: its output and statistics.
 struct GeluCast {
-  uint8_t* out = nullptr;      // (rows, cols) codes in format F; null: the plain save
+  uint8_t* out = nullptr;        // (rows, cols) codes in format F
   const float* scale = nullptr;  // the tensor scale (device)
   float* amax = nullptr;         // max |gelu value| as float bits (atomicMax), or null
   unsigned long long* saturated = nullptr;  // += count of |value * scale| > fmax, or null

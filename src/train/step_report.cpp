@@ -59,8 +59,8 @@ std::string step_line(const StepReport& r) {
 nlohmann::json step_json(const StepReport& r) {
   nlohmann::json j = {{"step", r.step}, {"tokens", r.tokens}, {"loss", r.loss}};
   if (r.loss_z) j["loss_z"] = *r.loss_z;
-  j.update({{"lr", r.lr}, {"grad_norm", r.grad_norm}, {"step_ms", r.step_ms}, {"queue_ms", r.queue_ms}, {"wait_ms", r.wait_ms},
-            {"tokens_per_s", r.tokens_per_s}});
+  j.update({{"lr", r.lr}, {"grad_norm", r.grad_norm}, {"step_ms", r.step_ms}, {"queue_ms", r.queue_ms},
+            {"wait_ms", r.wait_ms}, {"tokens_per_s", r.tokens_per_s}});
   if (r.mfu) j["mfu"] = *r.mfu;
   j["skipped_steps"] = r.skipped_steps;
   if (r.skipped) j["skipped"] = true;

@@ -206,7 +206,8 @@ TEST_CASE("fp8_save_rows_gelu_cast equals fp8_save_rows then the saved_gelu cast
         Tensor tc = poisoned({n + off}, DType::e4m3), ts = poisoned({rows}, DType::f32);
         Tensor to = poisoned({n + off}, DType::e4m3);
         Tensor st = Tensor::zeros({4}, DType::f32, kGpu);  // amax (float), pad, saturated (u64)
-        const kernels::Fp8CastOutputs stats{st.data<float>(), reinterpret_cast<unsigned long long*>(st.data<float>() + 2)};
+        const kernels::Fp8CastOutputs stats{st.data<float>(),
+                                            reinterpret_cast<unsigned long long*>(st.data<float>() + 2)};
         uint8_t* codes = tc.data<uint8_t>() + off;
         uint8_t* out = to.data<uint8_t>() + off;
         if (fused) {
