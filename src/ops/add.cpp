@@ -38,8 +38,9 @@ Var add(const Var& a, const Var& b, RowStats* stats) {
       // A gradient that does not exist yet takes d(out) as it is instead of a zero fill and an add:
       // `a` shares d(out)'s buffer (y's backward is done, so nothing else writes it). `b` gets a copy, as later
       // accumulation into a's gradient must not reach b's, unless b_shares: then the only node to run before
-      // anything writes into a's gradient is b's producer, which reads b's and writes neither. With a == b the
-      // shared buffer is then doubled in place, as it should be.
+      // anything writes into a's gradient is b's producer, which reads b's and writes neither (b's gradient, once
+      // read, then changes with a's: nothing reads it again). With a == b the shared buffer is then doubled in
+      // place, as it should be.
       if (ag.requires_grad) {
         if (!grad_exists(ag) && dout.dtype() == ag.dtype && dout.device() == ag.device)
           ag.cell->grad = dout.view(ag.shape);
