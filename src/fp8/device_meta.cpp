@@ -1,6 +1,7 @@
 // Host side of the device FP8 scaling state: allocation, scale uploads, statistics collection.
 #include "fp8/device_meta.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 
@@ -72,8 +73,9 @@ void Fp8DeviceArena::init(Device device, std::vector<std::pair<Fp8DeviceState*, 
   FP8T_CHECK(!buf_.defined(), "Fp8DeviceArena::init called twice");
   states_ = std::move(states);
   if (states_.empty()) return;
-  host_.assign(3 * states_.size(), Fp8DeviceSlot{});
-  seen_saturated_.assign(host_.size(), 0);
+  host_ = std::make_unique<HostStaging>(slots() * sizeof(Fp8DeviceSlot), device);
+  std::fill_n(host(), slots(), Fp8DeviceSlot{});
+  seen_saturated_.assign(slots(), 0);
   buf_ = Tensor::empty({kSlotFloats * static_cast<int64_t>(states_.size())}, DType::f32, device,
                        MemCategory::fp8_cache);
   for (size_t i = 0; i < states_.size(); ++i) {
@@ -90,11 +92,12 @@ void Fp8DeviceArena::collect() {
   bool any = false;
   for (const auto& [st, metas] : states_) any = any || st->pending_[0] || st->pending_[1] || st->pending_[2];
   if (!any) return;
-  copy_bytes(host_.data(), Device::cpu(), buf_.raw(), buf_.device(), host_.size() * sizeof(Fp8DeviceSlot));
+  host_->wait();  // the last upload has been made
+  copy_bytes(host(), Device::cpu(), buf_.raw(), buf_.device(), slots() * sizeof(Fp8DeviceSlot));
   for (size_t i = 0; i < states_.size(); ++i) {
     auto& [st, metas] = states_[i];
     for (size_t r = 0; r < 3; ++r) {
-      Fp8DeviceSlot& slot = host_[3 * i + r];
+      Fp8DeviceSlot& slot = host()[3 * i + r];
       if (st->pending_[r]) {
         Fp8TensorMeta& m = *metas[r];
         // The device accumulates until upload(): count only saturations not recorded before.
@@ -110,10 +113,11 @@ void Fp8DeviceArena::collect() {
 void Fp8DeviceArena::upload() {
   if (!buf_.defined()) return;
   collect();  // statistics still on the device are recorded first, never overwritten unseen
+  host_->wait();
   for (size_t i = 0; i < states_.size(); ++i) {
     auto& [st, metas] = states_[i];
     for (size_t r = 0; r < 3; ++r) {
-      Fp8DeviceSlot& slot = host_[3 * i + r];
+      Fp8DeviceSlot& slot = host()[3 * i + r];
       slot.scale = metas[r]->scale;
       slot.scale_inv = metas[r]->scale_inv;
       slot.amax = 0.0f;
@@ -123,7 +127,8 @@ void Fp8DeviceArena::upload() {
       st->uploaded_scale_[r] = metas[r]->scale;
     }
   }
-  copy_bytes(buf_.raw(), buf_.device(), host_.data(), Device::cpu(), host_.size() * sizeof(Fp8DeviceSlot));
+  // Queued behind the optimizer's kernels: the next step's casts read these scales, in stream order.
+  host_->copy_to(buf_.raw(), 0, slots() * sizeof(Fp8DeviceSlot));
 }
 
 }  // namespace fp8t

@@ -9,10 +9,12 @@
 // on the device (kernels/fp8_cast.cuh) and collect() mirrors it back for metrics.
 #pragma once
 #include <array>
+#include <memory>
 #include <utility>
 #include <vector>
 #include <cstdint>
 
+#include "core/host_staging.h"
 #include "core/tensor.h"
 #include "fp8/scaling.h"
 
@@ -78,8 +80,13 @@ class Fp8DeviceArena {
   void upload();
 
  private:
+  // The host's copy of the slots: uploads are queued on the compute stream from it (core/host_staging.h), so the
+  // step's end does not wait for the optimizer's kernels to finish.
+  Fp8DeviceSlot* host() { return static_cast<Fp8DeviceSlot*>(host_->data()); }
+  size_t slots() const { return 3 * states_.size(); }
+
   Tensor buf_;
-  std::vector<Fp8DeviceSlot> host_;
+  std::unique_ptr<HostStaging> host_;
   std::vector<unsigned long long> seen_saturated_;  // per slot, already recorded since the last upload
   std::vector<std::pair<Fp8DeviceState*, Fp8Metas>> states_;
 };

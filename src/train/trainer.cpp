@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "autograd/tape.h"
+#include "core/host_staging.h"
 #include "data/shard.h"
 #include "dist/zero.h"
 #include "nn/gpt.h"
@@ -39,18 +40,27 @@ uint64_t train_order_seed(const Config& cfg) {
   return cfg.run.seed != 0 ? cfg.run.seed : 0x9E3779B97F4A7C15ull;
 }
 
-// One micro-batch of tokens and targets on the model's device.
+// One micro-batch of tokens and targets on the model's device. The host fills a staging buffer and the copies are
+// queued on the compute stream, so loading the next micro-batch does not wait for the device to finish the queued
+// forward and backward passes (a plain copy from pageable memory would).
 struct Batch {
-  std::vector<int32_t> h_inputs, h_targets;
+  int64_t n;  // B * T
+  HostStaging staging;  // inputs, then targets (int32 each)
   Tensor inputs, targets;
   Batch(int B, int T, Device d)
-      : h_inputs(static_cast<size_t>(B) * T), h_targets(h_inputs.size()),
+      : n(static_cast<int64_t>(B) * T), staging(2 * static_cast<size_t>(n) * sizeof(int32_t), d),
         inputs(Tensor::empty({B, T}, DType::i32, d, MemCategory::activations)),
         targets(Tensor::empty({B, T}, DType::i32, d, MemCategory::activations)) {}
   void load(ShardLoader& loader) {
-    loader.next_batch(h_inputs.data(), h_targets.data());
-    copy_bytes(inputs.raw(), inputs.device(), h_inputs.data(), Device::cpu(), inputs.nbytes());
-    copy_bytes(targets.raw(), targets.device(), h_targets.data(), Device::cpu(), targets.nbytes());
+    skip(loader);
+    staging.copy_to(inputs.raw(), 0, inputs.nbytes());
+    staging.copy_to(targets.raw(), inputs.nbytes(), targets.nbytes());
+  }
+  // Reads the next micro-batch on the host only (a resume's replay of the data order).
+  void skip(ShardLoader& loader) {
+    staging.wait();  // the previous micro-batch's copies have been made
+    auto* h = static_cast<int32_t*>(staging.data());
+    loader.next_batch(h, h + n);
   }
 };
 
@@ -269,7 +279,7 @@ class Trainer {
                          train_order_seed(cfg_));
       Batch b(cfg_.train.micro_batch, cfg_.model.seq_len, device_);
       for (int64_t i = 0; i < static_cast<int64_t>(step_) * accum_; ++i)
-        replay.next_batch(b.h_inputs.data(), b.h_targets.data());
+        b.skip(replay);
       auto next_micro = [&](int) {  // called for micro-batches 0, 1, ... in order
         b.load(replay);
         return std::pair{b.inputs, b.targets};
@@ -356,7 +366,7 @@ class Trainer {
     // Replay the data order of this run's ranks so it sees the batches an uninterrupted run on them would (on
     // the host only: at most the batches of train.max_steps steps, none copied to the device).
     for (int64_t i = 0; i < static_cast<int64_t>(step_) * accum_; ++i)
-      train_loader_->next_batch(batch_->h_inputs.data(), batch_->h_targets.data());
+      batch_->skip(*train_loader_);
     if (comm_.rank() == 0)
       if (const int dropped = drop_metrics_after(run_dir_ / "metrics.jsonl", step_); dropped > 0)
         log_->info("metrics.jsonl: dropped {} row(s) written after step {} (after the checkpoint)", dropped, step_);
