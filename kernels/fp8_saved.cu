@@ -4,6 +4,7 @@
 #include "kernels/fp8_saved.cuh"
 
 #include "kernels/cuda_common.cuh"
+#include "kernels/fp8_cast_common.cuh"
 #include "kernels/fp8_codec.cuh"
 #include "kernels/gelu_math.cuh"
 
@@ -58,17 +59,22 @@ struct Bf16Chunk {
   }
 };
 
-// Max over the block (blockDim.x a multiple of 32); every thread gets it. scratch holds 32 words and is
-// reused row after row.
-__device__ __forceinline__ uint32_t block_max(uint32_t v, uint32_t* scratch) {
-  v = __reduce_max_sync(0xffffffffu, v);
+// Max (or with kSum, sum) over the block (blockDim.x a multiple of 32); every thread gets it. scratch holds 32
+// words and is reused row after row.
+template <bool kSum = false>
+__device__ __forceinline__ uint32_t block_reduce(uint32_t v, uint32_t* scratch) {
+  const auto warp_reduce = [](uint32_t x) {
+    return kSum ? __reduce_add_sync(0xffffffffu, x) : __reduce_max_sync(0xffffffffu, x);
+  };
+  v = warp_reduce(v);
   if (blockDim.x == 32) return v;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();  // every warp has read the previous row's maxima
+  __syncthreads();  // every warp has read the previous row's values
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  return __reduce_max_sync(0xffffffffu, lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : 0u);
+  return warp_reduce(lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : 0u);
 }
+__device__ __forceinline__ uint32_t block_max(uint32_t v, uint32_t* scratch) { return block_reduce(v, scratch); }
 
 // fp8_scale_from_amax(amax, 448, 0, 1.0f) of src/fp8/scaling.cpp, operation for operation (the host then
 // divides by 2^0 = 1, which is exact).
@@ -117,42 +123,25 @@ struct GeluCast {
   unsigned long long* saturated = nullptr;  // += count of |value * scale| > fmax, or null
 };
 
-// Running statistics of a thread's GELU values (as the cast kernels keep them): |x| as float bits, whose
-// unsigned order is the float order with NaN above +inf, and the saturation count.
-struct GeluStats {
-  uint32_t amax_bits = 0;
-  uint32_t saturated = 0;
-};
-
 // The chunk's GELU cast from its codes q (store_chunk's) and the row's scale_inv: each value is
 // bf16_rn(gelu(bf16_rn(decode(q) * scale_inv))), the saved_gelu prologue's (kernels/fp8_cast.cuh), and its
 // code to_fp8<F>(value * scale), as the cast kernels write it.
 template <Fp8Format F, int kWidth>
-__device__ __forceinline__ void gelu_cast_chunk(uint2 q, float scale_inv, float scale, uint8_t* out, GeluStats& st) {
-  constexpr int n = kWidth == 8 ? 8 : 1;
-  float v[8] = {};
-#pragma unroll
-  for (int j = 0; j < n; ++j) {
+__device__ __forceinline__ void gelu_cast_chunk(uint2 q, float scale_inv, float scale, uint8_t* out, ThreadStats& st) {
+  const auto gelu_of = [&](int j) {
     const uint8_t c = static_cast<uint8_t>((j < 4 ? q.x : q.y) >> 8 * (j % 4));
-    const float x = __bfloat162float(
-        __float2bfloat16_rn(gelu(__bfloat162float(dequant_bf16<kE4m3>(c, scale_inv)))));
-    v[j] = __fmul_rn(x, scale);
-    st.amax_bits = max(st.amax_bits, __float_as_uint(fabsf(x)));
-    st.saturated += fabsf(v[j]) > fp8_max(F) ? 1u : 0u;
+    return __bfloat162float(__float2bfloat16_rn(gelu(__bfloat162float(dequant_bf16<kE4m3>(c, scale_inv)))));
+  };
+  if constexpr (kWidth == 8) {
+    float x[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) x[j] = gelu_of(j);
+    *reinterpret_cast<uint2*>(out) = convert8<F>(x, scale, st);
+  } else {
+    const float x = gelu_of(0), v = __fmul_rn(x, scale);
+    st.add(x, v, fp8_max(F));
+    *out = to_fp8<F>(v);
   }
-  if constexpr (kWidth == 8) *reinterpret_cast<uint2*>(out) = to_fp8x8<F>(v);
-  else *out = to_fp8<F>(v[0]);
-}
-
-// Sum over the block (blockDim.x a multiple of 32); every thread gets it. scratch as block_max's.
-__device__ __forceinline__ uint32_t block_sum(uint32_t v, uint32_t* scratch) {
-  v = __reduce_add_sync(0xffffffffu, v);
-  if (blockDim.x == 32) return v;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  return __reduce_add_sync(0xffffffffu, lane < static_cast<int>(blockDim.x / 32) ? scratch[lane] : 0u);
 }
 
 // x (rows, cols) -> codes (rows, cols), scale_inv (rows), roundtrip (rows, cols) or null. Blocks take
@@ -168,7 +157,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   using Chunk = Bf16Chunk<kWidth>;
   const int64_t chunks = cols / kWidth;  // kWidth divides cols (launcher)
   [[maybe_unused]] const float gelu_scale = kGelu ? *gc.scale : 0.0f;
-  [[maybe_unused]] GeluStats gst;
+  [[maybe_unused]] ThreadStats gst;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const bf16* x_r = x + r * cols;
     Chunk reg[kRegChunks];  // (kRegChunks) this thread's chunks of the row
@@ -202,7 +191,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       store(Chunk::load(x_r + i * kWidth), i);
   }
   if constexpr (kGelu) {  // one atomic per block for each statistic
-    const uint32_t a = block_max(gst.amax_bits, s_max), n = block_sum(gst.saturated, s_max);
+    const uint32_t a = block_max(gst.amax_bits, s_max), n = block_reduce<true>(gst.saturated, s_max);
     if (threadIdx.x == 0) {
       if (gc.amax && a) atomicMax(reinterpret_cast<unsigned*>(gc.amax), a);
       if (gc.saturated && n) atomicAdd(gc.saturated, static_cast<unsigned long long>(n));

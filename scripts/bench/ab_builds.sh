@@ -4,7 +4,7 @@
 # Prints every run, then per row the median tokens/s of each binary and its ratio to the first binary's.
 # Usage: scripts/bench/ab_builds.sh MODEL B STEPS ROUNDS "ROWS" LABEL=BIN [LABEL=BIN ...]
 #   e.g. scripts/bench/ab_builds.sh d48 16 20 2 "fp8_all bf16" base=.ab-base/main/build/fp8train new=build-gpu/fp8train
-# Env: OUT (default gpu-out): each run's table line and log go there.
+# Env: OUT (default gpu-out): each run's table line and log go there; ACCUM as memory_wall.sh's.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 6 ] || { sed -n 2,7p "$0"; exit 2; }
@@ -16,8 +16,8 @@ for pair in "$@"; do
   [ -x "${pair#*=}" ] || { echo "ab_builds: ${pair#*=} is not an executable (LABEL=BIN)"; exit 2; }
 done
 results="$OUT/ab-$MODEL-b$B.tsv"; : > "$results"
-echo "| row | build | round | tokens/s | peak GiB |"
-echo "|---|---|---|---|---|"
+echo "| row | build | round | tokens/s | peak GiB | queue ms | wait ms |"
+echo "|---|---|---|---|---|---|---|"
 for ((round = 1; round <= ROUNDS; ++round)); do
   for row in $ROWS; do
     # Alternate the order between rounds so neither build always runs first.
@@ -28,7 +28,8 @@ for ((round = 1; round <= ROUNDS; ++round)); do
       cp "runs/wall/$MODEL-$row-b$B.log" "$OUT/ab-$MODEL-$row-b$B-${labels[$i]}-r$round.log" 2>/dev/null
       tps=$(echo "$line" | awk -F'|' '{gsub(/[ ,]/, "", $3); print $3}')
       peak=$(echo "$line" | awk -F'|' '{gsub(/ /, "", $4); print $4}')
-      echo "| $row | ${labels[$i]} | $round | ${tps:-failed} | ${peak:--} |"
+      qw=$(echo "$line" | awk -F'|' '{gsub(/ /, "", $5); gsub(/ /, "", $6); print $5 " | " $6}')
+      echo "| $row | ${labels[$i]} | $round | ${tps:-failed} | ${peak:--} | ${qw:-- | -} |"
       printf '%s\t%s\t%s\t%s\n' "$row" "${labels[$i]}" "${tps:-nan}" "${peak:-nan}" >> "$results"
     done
   done

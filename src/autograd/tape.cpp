@@ -85,17 +85,19 @@ void mark_gradient_read_only(const Var& y, std::initializer_list<const Var*> inp
   GradCell& cell = *y->grad_cell;
   cell.read_only_tape = tape->id();
   cell.read_only_node = tape->size() - 1;
-  cell.read_only_writes.clear();
+  FP8T_CHECK(inputs.size() <= GradCell::kMaxReadOnlyWrites, "mark_gradient_read_only: {} inputs, at most {}",
+             inputs.size(), GradCell::kMaxReadOnlyWrites);
+  cell.read_only_n_writes = 0;
   for (const Var* v : inputs)
-    if (v && *v) cell.read_only_writes.push_back((*v)->grad_cell.get());
+    if (v && *v) cell.read_only_writes[cell.read_only_n_writes++] = (*v)->grad_cell.get();
 }
 
 bool gradient_read_only_by_last_node(const Var& v, const Var& other) {
   const Tape* tape = current_tape();
   const GradCell& cell = *v->grad_cell;
   if (!tape || cell.read_only_tape != tape->id() || cell.read_only_node + 1 != tape->size()) return false;
-  for (const GradCell* w : cell.read_only_writes)
-    if (w == other->grad_cell.get()) return false;
+  for (size_t i = 0; i < cell.read_only_n_writes; ++i)
+    if (cell.read_only_writes[i] == other->grad_cell.get()) return false;
   return true;
 }
 

@@ -1,6 +1,7 @@
 // Variable: a tensor in the autograd graph, with its gradient and whether it needs one.
 #pragma once
 #include <any>
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -37,11 +38,13 @@ struct GradCell {
   std::function<Tensor()> make_grad;
   // Set by the Var's producer right after recording its node (mark_gradient_read_only, autograd/tape.h): the
   // tape (by id; 0: not marked) and index of that node, which reads this gradient and never writes into it, and
-  // the gradient cells it writes. An add recorded right after may hand this Var its own output's gradient buffer
-  // instead of a copy (ops/add.cpp).
+  // the gradient cells it writes (a fixed array: this is set for several ops per layer on the host's hot path). An
+  // add recorded right after may hand this Var its own output's gradient buffer instead of a copy (ops/add.cpp).
+  static constexpr size_t kMaxReadOnlyWrites = 5;
   uint64_t read_only_tape = 0;
   size_t read_only_node = 0;
-  std::vector<const GradCell*> read_only_writes;
+  size_t read_only_n_writes = 0;
+  std::array<const GradCell*, kMaxReadOnlyWrites> read_only_writes{};
 };
 
 struct VarImpl {
