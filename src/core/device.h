@@ -1,5 +1,6 @@
 // Device: where a tensor's storage lives (host memory or one CUDA device).
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace fp8t {
