@@ -123,22 +123,20 @@ struct GeluCast {
   unsigned long long* saturated = nullptr;  // += count of |value * scale| > fmax, or null
 };
 
-// The chunk's GELU cast from its codes q (store_chunk's) and the row's scale_inv: each value is
-// bf16_rn(gelu(bf16_rn(decode(q) * scale_inv))), the saved_gelu prologue's (kernels/fp8_cast.cuh), and its
-// code to_fp8<F>(value * scale), as the cast kernels write it.
+// The chunk's GELU cast from its codes q (store_chunk's) through the row's table, gelu_of[c] =
+// bf16_rn(gelu(bf16_rn(decode(c) * scale_inv))) (the saved_gelu prologue's value, kernels/fp8_cast.cuh): each code
+// to_fp8<F>(value * scale), as the cast kernels write it.
 template <Fp8Format F, int kWidth>
-__device__ __forceinline__ void gelu_cast_chunk(uint2 q, float scale_inv, float scale, uint8_t* out, ThreadStats& st) {
-  const auto gelu_of = [&](int j) {
-    const uint8_t c = static_cast<uint8_t>((j < 4 ? q.x : q.y) >> 8 * (j % 4));
-    return __bfloat162float(__float2bfloat16_rn(gelu(__bfloat162float(dequant_bf16<kE4m3>(c, scale_inv)))));
-  };
+__device__ __forceinline__ void gelu_cast_chunk(uint2 q, const float* gelu_of, float scale, uint8_t* out,
+                                                ThreadStats& st) {
+  const auto value = [&](int j) { return gelu_of[((j < 4 ? q.x : q.y) >> 8 * (j % 4)) & 0xFFu]; };
   if constexpr (kWidth == 8) {
     float x[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) x[j] = gelu_of(j);
+    for (int j = 0; j < 8; ++j) x[j] = value(j);
     *reinterpret_cast<uint2*>(out) = convert8<F>(x, scale, st);
   } else {
-    const float x = gelu_of(0), v = __fmul_rn(x, scale);
+    const float x = value(0), v = __fmul_rn(x, scale);
     st.add(x, v, fp8_max(F));
     *out = to_fp8<F>(v);
   }
@@ -154,6 +152,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     save_rows_kernel(const bf16* x, int64_t rows, int64_t cols, uint8_t* __restrict__ codes,
                      float* __restrict__ scale_inv, bf16* roundtrip, GeluCast gc = {}) {
   __shared__ uint32_t s_max[kMaxThreads / 32];
+  [[maybe_unused]] __shared__ float gelu_of[kGelu ? 256 : 1];  // kGelu: the row's GELU table (gelu_cast_chunk)
   using Chunk = Bf16Chunk<kWidth>;
   const int64_t chunks = cols / kWidth;  // kWidth divides cols (launcher)
   [[maybe_unused]] const float gelu_scale = kGelu ? *gc.scale : 0.0f;
@@ -174,13 +173,21 @@ __global__ void __launch_bounds__(kMaxThreads)
     const float scale = row_scale(__uint_as_float(block_max(amax, s_max) << 16));
     const float sinv = __fdiv_rn(1.0f, scale);
     if (threadIdx.x == 0) scale_inv[r] = sinv;
+    if constexpr (kGelu) {
+      // The row's GELU of every code's round trip: 256 GELUs per row instead of one per element. Every thread
+      // has finished the previous row's stores (block_max synchronized), so the table is free.
+      for (int c = threadIdx.x; c < 256; c += blockDim.x)
+        gelu_of[c] = __bfloat162float(
+            __float2bfloat16_rn(gelu(__bfloat162float(dequant_bf16<kE4m3>(static_cast<uint8_t>(c), sinv)))));
+      __syncthreads();
+    }
     uint8_t* codes_r = codes + r * cols;
     bf16* rt_r = roundtrip ? roundtrip + r * cols : nullptr;
     // Chunk i's codes (and round trip), and with kGelu its GELU cast from those codes.
     const auto store = [&](const Chunk& c, int64_t i) {
       [[maybe_unused]] const uint2 q =
           store_chunk(c, scale, sinv, codes_r + i * kWidth, rt_r ? rt_r + i * kWidth : nullptr);
-      if constexpr (kGelu) gelu_cast_chunk<F, kWidth>(q, sinv, gelu_scale, gc.out + r * cols + i * kWidth, gst);
+      if constexpr (kGelu) gelu_cast_chunk<F, kWidth>(q, gelu_of, gelu_scale, gc.out + r * cols + i * kWidth, gst);
     };
 #pragma unroll
     for (int k = 0; k < kRegChunks; ++k) {

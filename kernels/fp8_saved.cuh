@@ -26,7 +26,8 @@ void fp8_save_rows(const __nv_bfloat16* x, int64_t rows, int64_t cols, uint8_t* 
 // float_to_fp8(bf16_rn(gelu(restore(r, c))) * *scale) in `format`, with its amax and saturation count in stats
 // (colsum must be null). Bit for bit fp8_save_rows followed by fp8_cast with the saved_gelu prologue
 // (kernels/fp8_cast.cuh) on its codes, without reading the codes back: fc2's input cast under fp8_all, fused with
-// the save of pre (fc's output). out must not overlap x or codes.
+// the save of pre (fc's output). A GELU value depends only on the row and the code, so each row's 256 are tabulated
+// once. out must not overlap x or codes.
 void fp8_save_rows_gelu_cast(const __nv_bfloat16* x, int64_t rows, int64_t cols, uint8_t* codes, float* scale_inv,
                              uint8_t* out, Fp8Format format, const float* scale, Fp8CastOutputs stats,
                              cudaStream_t stream);
