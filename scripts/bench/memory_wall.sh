@@ -8,7 +8,7 @@
 # Usage: scripts/bench/memory_wall.sh [MODEL=d48|d12|d24] [CAP_GIB=80] [B=16] [STEPS=15]
 # Env: FP8T_BIN (default build/fp8train), OUT (default gpu-out), ROWS (default "bf16 fp8 fp8_all"),
 # SKIP_CAP=1 (only the speed rows), SKIP_SPEED=1 (only the capped rows), ACCUM=N (the speed rows take N
-# micro-steps of seq_len 1024 per optimizer step; default 1).
+# micro-steps per optimizer step; default 1).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${1:-d48}; CAP=${2:-80}; B=${3:-16}; STEPS=${4:-15}
@@ -20,6 +20,7 @@ case "$MODEL" in
 esac
 COMMON=(--set train.recompute=none)
 ACCUM=${ACCUM:-1}
+T=$(awk '/seq_len:/ {print $2}' "configs/$NAME-fp8.yaml")  # the speed rows' tokens per micro-step: B * T
 RUN=(--set train.total_batch_tokens=0 --set train.eval_every=0 --set train.checkpoint_every=-1
      --set 'data.val=""' --set run.log_every=1)
 # name -> config and overrides. bf16 is BF16 mode (FP32 master, gradients and moments, BF16 activations).
@@ -76,7 +77,7 @@ for name in ${ROWS:-bf16 fp8 fp8_all}; do
   run="runs/wall/$MODEL-$name-b$B"; rm -rf "$run"
   # shellcheck disable=SC2046
   if "$BIN" train --config $(row_args "$name") "${COMMON[@]}" "${RUN[@]}" --set train.micro_batch="$B" \
-       --set train.total_batch_tokens=$((ACCUM > 1 ? ACCUM * B * 1024 : 0)) \
+       --set train.total_batch_tokens=$((ACCUM > 1 ? ACCUM * B * T : 0)) \
        --set train.max_steps="$STEPS" --set run.out_dir="$run" > "$run.log" 2>&1; then
     read -r tps peak queue wait <<< "$(summary "$run/metrics.jsonl")"
     echo "| $name | $tps | $peak | $queue | $wait |"

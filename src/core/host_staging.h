@@ -13,7 +13,6 @@ namespace fp8t {
 // The host writes the memory only after wait(): a queued copy reads it when the stream reaches it.
 class HostStaging {
  public:
-  HostStaging() = default;
   HostStaging(size_t bytes, Device device);
   ~HostStaging();
   HostStaging(const HostStaging&) = delete;
