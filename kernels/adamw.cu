@@ -98,12 +98,169 @@ __global__ void adamw_kernel(AdamWBuffers b, AdamWHyper h) {
   }
 }
 
+// Four consecutive elements at p (aligned to their size: the caller checks), widened to f32.
+__device__ __forceinline__ void load4(const float* p, float (&o)[4]) {
+  const float4 x = *reinterpret_cast<const float4*>(p);
+  o[0] = x.x, o[1] = x.y, o[2] = x.z, o[3] = x.w;
+}
+__device__ __forceinline__ void load4(const uint16_t* p, float (&o)[4]) {  // bf16 bits
+  const uint2 x = *reinterpret_cast<const uint2*>(p);
+  o[0] = bf16_value(x.x & 0xFFFFu), o[1] = bf16_value(x.x >> 16), o[2] = bf16_value(x.y & 0xFFFFu),
+  o[3] = bf16_value(x.y >> 16);
+}
+__device__ __forceinline__ void load4(const bf16* p, float (&o)[4]) { load4(reinterpret_cast<const uint16_t*>(p), o); }
+__device__ __forceinline__ void load4_e4m3(const uint8_t* p, float scale, float (&o)[4]) {
+  const uint32_t x = *reinterpret_cast<const uint32_t*>(p);
+#pragma unroll
+  for (int t = 0; t < 4; ++t) o[t] = f32_mul(from_fp8<Fp8Format::e4m3>(static_cast<uint8_t>(x >> (8 * t))), scale);
+}
+__device__ __forceinline__ void store4(uint16_t* p, const uint16_t (&h)[4]) {
+  *reinterpret_cast<uint2*>(p) = make_uint2(h[0] | uint32_t{h[1]} << 16, h[2] | uint32_t{h[3]} << 16);
+}
+
+// The same update, bit for bit, with lane l holding elements 4l .. 4l + 3 of its warp's block: one 16-, 8- or
+// 4-byte access per buffer where adamw_kernel makes four of one element each (needs vector4_aligned buffers).
+// A warp's blocks rise, so its segment cursor only moves forward.
+template <class G, StateDtype S>
+__global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / kWarp);
+  const int64_t blocks = (b.n + kMomentBlock - 1) / kMomentBlock;
+  const G* grads = static_cast<const G*>(b.grads);
+  int s = 0;
+  for (int64_t blk = int64_t{blockIdx.x} * (blockDim.x / kWarp) + threadIdx.x / kWarp; blk < blocks; blk += warps) {
+    const int64_t i0 = blk * kMomentBlock + 4 * lane;
+    const float scale = S == StateDtype::fp8 ? b.m_scale[blk] : 0.0f;  // read by every lane before lane 0 writes
+    const bool full = i0 + 4 <= b.n;
+    float p[4] = {}, g[4] = {}, m[4] = {}, v[4] = {};
+    if (full) {
+      load4(b.params + i0, p);
+      load4(grads + i0, g);
+      if constexpr (S == StateDtype::fp32) {
+        load4(static_cast<const float*>(b.m) + i0, m);
+        load4(static_cast<const float*>(b.v) + i0, v);
+      } else {
+        if constexpr (S == StateDtype::bf16)
+          load4(static_cast<const uint16_t*>(b.m) + i0, m);
+        else
+          load4_e4m3(static_cast<const uint8_t*>(b.m) + i0, scale, m);
+        load4(static_cast<const uint16_t*>(b.v) + i0, v);
+      }
+    } else {
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int64_t i = i0 + t;
+        if (i >= b.n) break;
+        p[t] = b.params[i];
+        g[t] = grad_at(grads, i);
+        if constexpr (S == StateDtype::fp32) {
+          m[t] = static_cast<const float*>(b.m)[i];
+          v[t] = static_cast<const float*>(b.v)[i];
+        } else {
+          m[t] = S == StateDtype::bf16
+                     ? bf16_value(static_cast<const uint16_t*>(b.m)[i])
+                     : f32_mul(from_fp8<Fp8Format::e4m3>(static_cast<const uint8_t*>(b.m)[i]), scale);
+          v[t] = bf16_value(static_cast<const uint16_t*>(b.v)[i]);
+        }
+      }
+    }
+    if (i0 < b.n && b.segments[s].end <= i0) s = segment_of(b.segments + s, b.num_segments - s, i0) + s;
+    const int s0 = s;  // the segment of element i0
+    float amax = 0.0f;
+    uint16_t copy[4] = {};
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const int64_t i = i0 + t;
+      if (i >= b.n) break;
+      while (b.segments[s].end <= i) ++s;
+      const AdamWSegment& seg = b.segments[s];
+      const AdamWElement e = adamw_element(p[t], g[t], m[t], v[t], seg.weight_decay, h);
+      p[t] = e.param;
+      m[t] = e.m;
+      v[t] = e.v;
+      amax = fmaxf(amax, fabsf(e.m));
+      copy[t] = __bfloat16_as_ushort(__float2bfloat16_rn(e.param));
+      // Element by element unless all four go to one aligned run of the compute copy (stored below).
+      const bool whole = full && s == s0 && i0 + 4 <= seg.end && (seg.compute + (i0 - seg.begin)) % 4 == 0;
+      if (b.params_bf16 && seg.compute >= 0 && !whole) b.params_bf16[seg.compute + (i - seg.begin)] = copy[t];
+    }
+    float new_scale = 0.0f;
+    if constexpr (S == StateDtype::fp8) {
+      new_scale = moment_block_scale(warp_max(amax));  // the whole warp is here: blk is warp-uniform
+      if (lane == 0) b.m_scale[blk] = new_scale;
+    }
+    uint16_t m16[4] = {}, v16[4] = {};
+    uint32_t m8 = 0;
+    if constexpr (S != StateDtype::fp32) {
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const uint32_t bits = rounding_bits(h.rounding_key, b.index_base + i0 + t);
+        if constexpr (S == StateDtype::bf16)
+          m16[t] = bf16_round_stochastic(m[t], bits);
+        else
+          m8 |= uint32_t{to_fp8<Fp8Format::e4m3>(moment_scaled(m[t], new_scale))} << (8 * t);
+        v16[t] = bf16_round_stochastic(v[t], bits >> 16);
+      }
+    }
+    if (full) {
+      *reinterpret_cast<float4*>(b.params + i0) = make_float4(p[0], p[1], p[2], p[3]);
+      if constexpr (S == StateDtype::fp32) {
+        *reinterpret_cast<float4*>(static_cast<float*>(b.m) + i0) = make_float4(m[0], m[1], m[2], m[3]);
+        *reinterpret_cast<float4*>(static_cast<float*>(b.v) + i0) = make_float4(v[0], v[1], v[2], v[3]);
+      } else {
+        if constexpr (S == StateDtype::bf16)
+          store4(static_cast<uint16_t*>(b.m) + i0, m16);
+        else
+          *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(b.m) + i0) = m8;
+        store4(static_cast<uint16_t*>(b.v) + i0, v16);
+      }
+      const AdamWSegment& seg = b.segments[s0];
+      if (b.params_bf16 && seg.compute >= 0 && s == s0 && i0 + 4 <= seg.end && (seg.compute + (i0 - seg.begin)) % 4 == 0)
+        store4(b.params_bf16 + seg.compute + (i0 - seg.begin), copy);
+    } else {
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int64_t i = i0 + t;
+        if (i >= b.n) break;
+        b.params[i] = p[t];
+        if constexpr (S == StateDtype::fp32) {
+          static_cast<float*>(b.m)[i] = m[t];
+          static_cast<float*>(b.v)[i] = v[t];
+        } else {
+          if constexpr (S == StateDtype::bf16)
+            static_cast<uint16_t*>(b.m)[i] = m16[t];
+          else
+            static_cast<uint8_t*>(b.m)[i] = static_cast<uint8_t>(m8 >> (8 * t));
+          static_cast<uint16_t*>(b.v)[i] = v16[t];
+        }
+      }
+    }
+  }
+}
+
+// Whether every buffer adamw_vec4_kernel reads or writes four elements at a time is aligned to four elements.
+bool vector4_aligned(const AdamWBuffers& b) {
+  auto aligned = [](const void* p, size_t element) { return reinterpret_cast<uintptr_t>(p) % (4 * element) == 0; };
+  const size_t state = b.state_dtype == StateDtype::fp32 ? 4 : 2;
+  return aligned(b.params, 4) && aligned(b.grads, dtype_size(b.grad_dtype)) &&
+         aligned(b.m, b.state_dtype == StateDtype::fp8 ? 1 : state) && aligned(b.v, state) &&
+         aligned(b.params_bf16, 2);
+}
+
+template <class G, StateDtype S>
+void launch_state(const AdamWBuffers& b, const AdamWHyper& h, int grid, int threads, cudaStream_t stream) {
+  if (vector4_aligned(b))
+    adamw_vec4_kernel<G, S><<<grid, threads, 0, stream>>>(b, h);
+  else
+    adamw_kernel<G, S><<<grid, threads, 0, stream>>>(b, h);
+}
+
 template <class G>
 void launch(const AdamWBuffers& b, const AdamWHyper& h, int grid, int threads, cudaStream_t stream) {
   switch (b.state_dtype) {
-    case StateDtype::fp32: adamw_kernel<G, StateDtype::fp32><<<grid, threads, 0, stream>>>(b, h); break;
-    case StateDtype::bf16: adamw_kernel<G, StateDtype::bf16><<<grid, threads, 0, stream>>>(b, h); break;
-    case StateDtype::fp8: adamw_kernel<G, StateDtype::fp8><<<grid, threads, 0, stream>>>(b, h); break;
+    case StateDtype::fp32: launch_state<G, StateDtype::fp32>(b, h, grid, threads, stream); break;
+    case StateDtype::bf16: launch_state<G, StateDtype::bf16>(b, h, grid, threads, stream); break;
+    case StateDtype::fp8: launch_state<G, StateDtype::fp8>(b, h, grid, threads, stream); break;
   }
 }
 

@@ -29,11 +29,12 @@ struct AttentionOut {
   const float* scale_inv = nullptr;
 };
 
-// dqkv (B, T, 3C) bf16 += gradient of the attention. Scratch: dq_accum, attention_dq_scratch_floats() f32
-// (at least B * T * C), and delta (B, NH, T) f32, both overwritten.
+// dqkv (B, T, 3C) bf16 += gradient of the attention; with accumulate false, dqkv = the gradient, written over
+// whatever dqkv held (no zero fill needed). Scratch: dq_accum, attention_dq_scratch_floats() f32 (at least
+// B * T * C), and delta (B, NH, T) f32, both overwritten.
 void attention_backward(__nv_bfloat16* dqkv, float* dq_accum, float* delta, const __nv_bfloat16* dout,
                         const __nv_bfloat16* qkv, const AttentionOut& out, const float* lse, int B, int T, int NH,
-                        int HS, cudaStream_t stream, const AttentionKernels& kernels = {});
+                        int HS, cudaStream_t stream, const AttentionKernels& kernels = {}, bool accumulate = true);
 
 // Floats of attention_backward's dq_accum scratch for these sizes and kernels.
 int64_t attention_dq_scratch_floats(int B, int T, int NH, int HS, const AttentionKernels& kernels = {});

@@ -115,7 +115,7 @@ constexpr int backward_smem_bytes() {
 template <int HS>
 __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlocks)
     attention_backward_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
-                              const float* lse, int BH, int T, int NH, int group, float scale) {
+                              const float* lse, int BH, int T, int NH, int group, float scale, bool accumulate) {
   constexpr int KEYS = BwdTile<HS>::kKeys, BR = BwdTile<HS>::kRows, kThreads = 2 * KEYS, kWarps = KEYS / 16;
   constexpr int kLd = HS + kPad, kLdS = BR + kPad;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -269,18 +269,20 @@ __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlock
     for (int d = 0; d < HS / 8; ++d) {
       auto* pk = reinterpret_cast<__nv_bfloat162*>(dk_dst + 8 * d);
       auto* pv = reinterpret_cast<__nv_bfloat162*>(dv_dst + 8 * d);
-      const float2 ok = __bfloat1622float2(*pk), ov = __bfloat1622float2(*pv);
+      const float2 ok = accumulate ? __bfloat1622float2(*pk) : float2{0.0f, 0.0f};
+      const float2 ov = accumulate ? __bfloat1622float2(*pv) : float2{0.0f, 0.0f};
       *pk = __floats2bfloat162_rn(ok.x + scale * dk[d][2 * r], ok.y + scale * dk[d][2 * r + 1]);
       *pv = __floats2bfloat162_rn(ov.x + dv[d][2 * r], ov.y + dv[d][2 * r + 1]);
     }
   }
 }
 
-// dqkv[:, :, q part] += scale * dq_accum; one thread per 8 channels of (B, T, C) (16-byte accesses). kTiled:
+// dqkv[:, :, q part] += scale * dq_accum (= unless `accumulate`); one thread per 8 channels of (B, T, C) (16-byte accesses). kTiled:
 // dq_accum in DqLayout::tiles (the wgmma backward's): head size 64, tile (b * NH + h, t / 64), and in it row
 // 16 w + g + 8 r, columns 8 j .. 8 j + 7 at ((w * 8 + j) * 2 + r) * 64 + 8 g.
 template <bool kTiled>
-__global__ void attention_dq_kernel(bf16* dqkv, const float* dq_accum, int64_t n_chunks, int C, int T, float scale) {
+__global__ void attention_dq_kernel(bf16* dqkv, const float* dq_accum, int64_t n_chunks, int C, int T, float scale,
+                                    bool accumulate) {
   const int row_chunks = C / 8;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n_chunks;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -296,16 +298,19 @@ __global__ void attention_dq_kernel(bf16* dqkv, const float* dq_accum, int64_t n
     const float4 a0 = reinterpret_cast<const float4*>(src)[0];
     const float4 a1 = reinterpret_cast<const float4*>(src)[1];
     const float acc[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-    auto v = Vec16<bf16>::load(d);
+    Vec16<bf16> v;
+    if (accumulate) v = Vec16<bf16>::load(d);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) v.v[k] = __float2bfloat16_rn(__bfloat162float(v.v[k]) + scale * acc[k]);
+    for (int k = 0; k < 8; ++k)
+      v.v[k] = __float2bfloat16_rn((accumulate ? __bfloat162float(v.v[k]) : 0.0f) + scale * acc[k]);
     v.store(d);
   }
 }
 
 template <int HS>
 void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv,
-                     const AttentionOut& out, const float* lse, int B, int T, int NH, cudaStream_t stream, const AttentionKernels& k) {
+                     const AttentionOut& out, const float* lse, int B, int T, int NH, cudaStream_t stream, const AttentionKernels& k,
+                     bool accumulate) {
   constexpr int KEYS = BwdTile<HS>::kKeys, kThreads = 2 * KEYS, bytes = backward_smem_bytes<HS>();
   static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
   const int slots = resident.get([] {
@@ -319,14 +324,14 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
   const DqLayout layout = wgmma ? DqLayout::tiles : DqLayout::rows;
   attention_backward_delta(delta, dq_accum, layout, dout, out, B, T, NH, HS, stream);
   if (wgmma) {
-    attention_backward_wgmma64(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream);
+    attention_backward_wgmma64(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream, accumulate);
   } else {
     const int BH = B * NH, n_kb = ceil_div(T, KEYS);
     attention_backward_kernel<HS><<<BH * n_kb, kThreads, bytes, stream>>>(
-        dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH, backward_group(BH, n_kb, T, HS, slots), scale);
+        dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH, backward_group(BH, n_kb, T, HS, slots), scale, accumulate);
     CUDA_CHECK_LAUNCH();
   }
-  attention_backward_dq(dqkv, dq_accum, layout, B, T, NH, HS, stream);
+  attention_backward_dq(dqkv, dq_accum, layout, B, T, NH, HS, stream, accumulate);
 }
 
 void check_pass(const char* what, DqLayout layout, int HS) {
@@ -380,31 +385,31 @@ void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, co
 }
 
 void attention_backward_dq(bf16* dqkv, const float* dq_accum, DqLayout layout, int B, int T, int NH, int HS,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, bool accumulate) {
   check_pass("attention_backward_dq", layout, HS);
   const int C = NH * HS;
   const int64_t n_chunks = int64_t{B} * T * C / 8;
   const float scale = 1.0f / sqrtf(float(HS));
   const int blocks = static_cast<int>(std::min<int64_t>((n_chunks + 255) / 256, 65536));
   if (layout == DqLayout::tiles)
-    attention_dq_kernel<true><<<blocks, 256, 0, stream>>>(dqkv, dq_accum, n_chunks, C, T, scale);
+    attention_dq_kernel<true><<<blocks, 256, 0, stream>>>(dqkv, dq_accum, n_chunks, C, T, scale, accumulate);
   else
-    attention_dq_kernel<false><<<blocks, 256, 0, stream>>>(dqkv, dq_accum, n_chunks, C, T, scale);
+    attention_dq_kernel<false><<<blocks, 256, 0, stream>>>(dqkv, dq_accum, n_chunks, C, T, scale, accumulate);
   CUDA_CHECK_LAUNCH();
 }
 
 void attention_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv,
                         const AttentionOut& out, const float* lse, int B, int T, int NH, int HS, cudaStream_t stream,
-                        const AttentionKernels& k) {
+                        const AttentionKernels& k, bool accumulate) {
   check_sizes("attention_backward", qkv, B, T, NH, HS);
   FP8T_CHECK(aligned16(dout), "attention_backward: dout must be 16-byte aligned");
   FP8T_CHECK(aligned16(dqkv) && aligned16(dq_accum), "attention_backward: dqkv and dq_accum must be 16-byte aligned");
   FP8T_CHECK(int64_t{B} * NH * ceil_div(T, 64) <= 0x7fffffff, "attention_backward: grid too large (B={} NH={} T={})", B,
              NH, T);
   if (HS == 64)
-    launch_backward<64>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream, k);
+    launch_backward<64>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream, k, accumulate);
   else
-    launch_backward<128>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream, k);
+    launch_backward<128>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream, k, accumulate);
 }
 
 }  // namespace fp8t::kernels

@@ -23,8 +23,8 @@ int64_t attention_dq_floats(DqLayout layout, int B, int T, int NH, int HS);
 void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, const __nv_bfloat16* dout,
                               const AttentionOut& out, int B, int T, int NH, int HS, cudaStream_t stream);
 
-// dqkv's Q part (B, T, 3C) += scale * dq_accum (`layout`), scale = 1 / sqrt(HS).
+// dqkv's Q part (B, T, 3C) += scale * dq_accum (`layout`), scale = 1 / sqrt(HS); = instead unless `accumulate`.
 void attention_backward_dq(__nv_bfloat16* dqkv, const float* dq_accum, DqLayout layout, int B, int T, int NH, int HS,
-                           cudaStream_t stream);
+                           cudaStream_t stream, bool accumulate = true);
 
 }  // namespace fp8t::kernels

@@ -31,7 +31,8 @@ constexpr int smem_bytes(DqLayout layout) { return kSmemBytes + (layout == DqLay
 template <int kMinBlocks, DqLayout kLayout>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     attention_backward_wgmma_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
-                                    const bf16* qkv, const float* lse, int BH, int T, int NH, int group, float scale) {
+                                    const bf16* qkv, const float* lse, int BH, int T, int NH, int group, float scale,
+                                    bool accumulate) {
   constexpr bool kTiles = kLayout == DqLayout::tiles;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -172,7 +173,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
   if (kTiles && threadIdx.x == 0) bulk_wait_all();  // shared memory must outlive the last reduction's read
 
-  // dK (scaled) and dV added into dqkv: rows key_lo + g (+ 8), channels 8 j + 2 t (+ 1).
+  // dK (scaled) and dV added into dqkv (written over it unless `accumulate`): rows key_lo + g (+ 8), channels
+  // 8 j + 2 t (+ 1).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int ki = blk.key_lo + blk.g + 8 * r;
@@ -183,7 +185,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     for (int j = 0; j < 8; ++j) {
       auto* pk = reinterpret_cast<__nv_bfloat162*>(dk_dst + 8 * j);
       auto* pv = reinterpret_cast<__nv_bfloat162*>(dv_dst + 8 * j);
-      const float2 ok = __bfloat1622float2(*pk), ov = __bfloat1622float2(*pv);
+      const float2 ok = accumulate ? __bfloat1622float2(*pk) : float2{0.0f, 0.0f};
+      const float2 ov = accumulate ? __bfloat1622float2(*pv) : float2{0.0f, 0.0f};
       *pk = __floats2bfloat162_rn(ok.x + scale * dk[j][2 * r], ok.y + scale * dk[j][2 * r + 1]);
       *pv = __floats2bfloat162_rn(ov.x + dv[j][2 * r], ov.y + dv[j][2 * r + 1]);
     }
@@ -194,7 +197,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
 template <int kMinBlocks, DqLayout kLayout>
 __global__ void attention_backward_wgmma_kernel(bf16*, float*, const float*, const bf16*, const bf16*, const float*,
-                                                int, int, int, int, float) {
+                                                int, int, int, int, float, bool) {
   __trap();
 }
 
@@ -202,7 +205,8 @@ __global__ void attention_backward_wgmma_kernel(bf16*, float*, const float*, con
 
 template <int kMinBlocks, DqLayout kLayout>
 void launch_backward_wgmma(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
-                           const float* lse, int B, int T, int NH, float scale, cudaStream_t stream) {
+                           const float* lse, int B, int T, int NH, float scale, cudaStream_t stream,
+                           bool accumulate = true) {
   auto* kernel = attention_backward_wgmma_kernel<kMinBlocks, kLayout>;
   static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
   const int slots = resident.get([kernel] {
@@ -213,7 +217,8 @@ void launch_backward_wgmma(bf16* dqkv, float* dq_accum, const float* delta, cons
   });
   const int BH = B * NH, n_kb = ceil_div(T, kKeys);
   kernel<<<BH * n_kb, kThreads, smem_bytes(kLayout), stream>>>(dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH,
-                                                              backward_group(BH, n_kb, T, kHs, slots), scale);
+                                                              backward_group(BH, n_kb, T, kHs, slots), scale,
+                                                              accumulate);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -77,7 +77,9 @@ def analyse(acts, begin, end):
 def short(name):
     if name.startswith("("):  # a step boundary, not a kernel
         return name
-    return name.split("(")[0].replace("void ", "").replace("fp8t::kernels::", "").replace("(anonymous namespace)::", "")[:90]
+    # The namespace first: "(anonymous namespace)::" holds the parenthesis that starts the argument list.
+    name = name.replace("(anonymous namespace)::", "").replace("void ", "").replace("fp8t::kernels::", "")
+    return name.split("(")[0][:90]
 
 
 def main():

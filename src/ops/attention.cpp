@@ -37,14 +37,28 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
       // dequantized values: delta = rowsum(dO * O) then reads the O that the projection read. On CUDA it
       // reads those codes themselves (y's released form), in f32 as the CPU reads the dequantized values.
       const auto* out_codes = std::any_cast<QuantizedTensor>(&y->released_form);
+      // On CUDA the kernels write qkv's gradient when it has none yet (no zero fill first), else add to it.
+      auto cuda_grad = [&](bool& accumulate) -> Tensor& {
+        accumulate = grad_exists(qg);
+        if (!accumulate) qg.cell->grad = Tensor::empty(qg.shape, qg.dtype, qg.device, MemCategory::activations);
+        return qg.cell->grad;
+      };
       if (dout.device().is_cuda() && out_codes) {
-        on_cuda("attention backward",
-                [&] { cuda_ops::attention_backward(grad_of(qg), dout, qv, *out_codes, lse, n_head); });
+        on_cuda("attention backward", [&] {
+          bool accumulate = true;
+          Tensor& dqkv = cuda_grad(accumulate);
+          cuda_ops::attention_backward(dqkv, dout, qv, *out_codes, lse, n_head, accumulate);
+        });
         return;
       }
       const Tensor& ov = value_of(y);
       dispatch(
-          "attention backward", dout, [&] { cuda_ops::attention_backward(grad_of(qg), dout, qv, ov, lse, n_head); },
+          "attention backward", dout,
+          [&] {
+            bool accumulate = true;
+            Tensor& dqkv = cuda_grad(accumulate);
+            cuda_ops::attention_backward(dqkv, dout, qv, ov, lse, n_head, accumulate);
+          },
           [&]<typename F>() {
             cpu::attention_backward<F>(grad_of(qg).data<F>(), cptr<F>(dout), cptr<F>(qv), cptr<F>(ov),
                                        cptr<F>(lse), B, T, C, n_head);

@@ -35,7 +35,7 @@ namespace {
 // Both forms of out: checks the rest, takes the scratch from the caching allocator (served from the pool after the
 // first step) and runs the backward.
 void backward(const char* op, Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const k::AttentionOut& out,
-              const Tensor& lse, int n_head, const k::AttentionKernels& kernels) {
+              const Tensor& lse, int n_head, const k::AttentionKernels& kernels, bool accumulate) {
   expect(qkv, DType::bf16, op, "qkv");
   expect(dqkv, DType::bf16, op, "dqkv");
   expect(dout, DType::bf16, op, "dout");
@@ -50,7 +50,7 @@ void backward(const char* op, Tensor& dqkv, const Tensor& dout, const Tensor& qk
   Tensor delta = Tensor::empty({B, n_head, T}, DType::f32, qkv.device(), MemCategory::activations);
   k::attention_backward(dqkv.data<bf16>(), dq_accum.data<float>(), delta.data<float>(), dout.data<bf16>(),
                         qkv.data<bf16>(), out, lse.data<float>(), to_int(B, op, "B"), to_int(T, op, "T"), n_head,
-                        to_int(C / n_head, op, "HS"), k::compute_stream(), kernels);
+                        to_int(C / n_head, op, "HS"), k::compute_stream(), kernels, accumulate);
 }
 
 // (B, T, C) of qkv (B, T, 3C), checked.
@@ -64,16 +64,16 @@ Shape out_shape(const char* op, const Tensor& qkv, int n_head) {
 }  // namespace
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                        int n_head, const k::AttentionKernels& kernels) {
+                        int n_head, const k::AttentionKernels& kernels, bool accumulate) {
   const char* op = "attention_backward";
   const Shape oshape = out_shape(op, qkv, n_head);
   expect(out, DType::bf16, op, "out");
   expect_shape(out, oshape, op, "out");
-  backward(op, dqkv, dout, qkv, k::AttentionOut{.bf16 = out.data<bf16>()}, lse, n_head, kernels);
+  backward(op, dqkv, dout, qkv, k::AttentionOut{.bf16 = out.data<bf16>()}, lse, n_head, kernels, accumulate);
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const QuantizedTensor& out,
-                        const Tensor& lse, int n_head, const k::AttentionKernels& kernels) {
+                        const Tensor& lse, int n_head, const k::AttentionKernels& kernels, bool accumulate) {
   const char* op = "attention_backward";
   const Shape oshape = out_shape(op, qkv, n_head);
   const int64_t M = oshape[0] * oshape[1], C = oshape[2];
@@ -87,17 +87,17 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
              out.codes_t.defined() ? out.codes_t.str() : "(none)", out.scale_inv.defined() ? out.scale_inv.str() : "(none)");
   backward(op, dqkv, dout, qkv,
            k::AttentionOut{.e4m3_t = out.codes_t.data<uint8_t>(), .scale_inv = out.scale_inv.data<float>()}, lse,
-           n_head, kernels);
+           n_head, kernels, accumulate);
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                        int n_head) {
-  attention_backward(dqkv, dout, qkv, out, lse, n_head, k::AttentionKernels{});
+                        int n_head, bool accumulate) {
+  attention_backward(dqkv, dout, qkv, out, lse, n_head, k::AttentionKernels{}, accumulate);
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const QuantizedTensor& out,
-                        const Tensor& lse, int n_head) {
-  attention_backward(dqkv, dout, qkv, out, lse, n_head, k::AttentionKernels{});
+                        const Tensor& lse, int n_head, bool accumulate) {
+  attention_backward(dqkv, dout, qkv, out, lse, n_head, k::AttentionKernels{}, accumulate);
 }
 
 }  // namespace fp8t::cuda_ops

@@ -1,6 +1,6 @@
 // CUDA launchers of the causal self-attention op (defined in attention_cuda.cpp, built with CUDA only; a build
 // without it sees the declarations alone and never calls them). qkv, out and their gradients bf16, lse f32;
-// backward ACCUMULATES into dqkv. Launches go on the current compute stream.
+// backward ACCUMULATES into dqkv unless told to write it. Launches go on the current compute stream.
 #pragma once
 #include "core/tensor.h"
 #include "fp8/quantized_tensor.h"
@@ -16,16 +16,18 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head);
 // `kernels`: which attention kernels run (kernels/attention.cuh), for the tests and benchmarks that compare them.
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head,
                        const kernels::AttentionKernels& kernels);
-// dqkv (B, T, 3C) += the gradient for dout (B, T, C), given the forward's out and lse
+// dqkv (B, T, 3C) += the gradient for dout (B, T, C), given the forward's out and lse; with accumulate false,
+// dqkv = the gradient (its old contents, even NaN, are not read: no zero fill needed).
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                        int n_head);
+                        int n_head, bool accumulate = true);
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                        int n_head, const kernels::AttentionKernels& kernels);
+                        int n_head, const kernels::AttentionKernels& kernels, bool accumulate = true);
 // The same with the forward's out given as the FP8 codes the next linear keeps of it: E4M3, transposed only
 // (codes_t (C, B * T)), one scale (per_tensor), read by delta = rowsum(dO * O) without a bf16 copy.
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const QuantizedTensor& out,
-                        const Tensor& lse, int n_head);
+                        const Tensor& lse, int n_head, bool accumulate = true);
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const QuantizedTensor& out,
-                        const Tensor& lse, int n_head, const kernels::AttentionKernels& kernels);
+                        const Tensor& lse, int n_head, const kernels::AttentionKernels& kernels,
+                        bool accumulate = true);
 
 }  // namespace fp8t::cuda_ops

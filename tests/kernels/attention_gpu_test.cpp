@@ -87,8 +87,9 @@ QuantizedTensor out_codes_t(const std::vector<float>& rout, int64_t M, int C, st
   return q;
 }
 
+// accumulate: the backward adds into a random dqkv; otherwise it writes over a NaN-poisoned one.
 void check_attention(int B, int T, int NH, int HS, const kernels::AttentionKernels& kernels = {},
-                     OutForm form = OutForm::bf16) {
+                     OutForm form = OutForm::bf16, bool accumulate = true) {
   const int C = NH * HS;
   const int64_t n_qkv = int64_t(B) * T * 3 * C, n_out = int64_t(B) * T * C;
   const auto qkv = round_bf16(randn(n_qkv, 1.0f));
@@ -108,11 +109,12 @@ void check_attention(int B, int T, int NH, int HS, const kernels::AttentionKerne
   if (form == OutForm::fp8_codes_t) out_q = out_codes_t(rout, int64_t(B) * T, C, &rout_read);
   std::vector<float> g(n_qkv, 0.0f);
   cpu::attention_backward(g.data(), dout.data(), qkv.data(), rout_read.data(), rlse.data(), B, T, C, NH);
-  auto dqkv0 = round_bf16(randn(n_qkv, float(rms(g))));
-  Tensor dqkv = upload(dqkv0, {B, T, 3 * C}, DType::bf16);
+  INFO((accumulate ? "accumulating" : "writing over NaN"));
+  auto dqkv0 = accumulate ? round_bf16(randn(n_qkv, float(rms(g)))) : std::vector<float>(n_qkv, 0.0f);
+  Tensor dqkv = accumulate ? upload(dqkv0, {B, T, 3 * C}, DType::bf16) : poisoned({B, T, 3 * C}, DType::bf16);
   const Tensor tdout = upload(dout, {B, T, C}, DType::bf16);
-  if (form == OutForm::fp8_codes_t) cuda_ops::attention_backward(dqkv, tdout, tqkv, out_q, lse, NH, kernels);
-  else cuda_ops::attention_backward(dqkv, tdout, tqkv, out, lse, NH, kernels);
+  if (form == OutForm::fp8_codes_t) cuda_ops::attention_backward(dqkv, tdout, tqkv, out_q, lse, NH, kernels, accumulate);
+  else cuda_ops::attention_backward(dqkv, tdout, tqkv, out, lse, NH, kernels, accumulate);
   for (int64_t i = 0; i < n_qkv; ++i) g[i] += dqkv0[i];
   const auto got = download(dqkv);
   CHECK(rel_err(got, g) < 2e-2);
@@ -156,6 +158,18 @@ TEST_CASE("attention head size 64 on the mma.sync kernels", "[gpu][attention]") 
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   check_attention((32 * sms / 4 + 5 + 2) / 3, 256, 3, 64, mma_sync);
+}
+
+// With no gradient yet the op has the kernels write dqkv (no zero fill): every element, whatever it held.
+TEST_CASE("attention backward writes dqkv over NaN when not accumulating", "[gpu][attention]") {
+  const kernels::AttentionKernels mma_sync{.wgmma = false};
+  for (int T : {1, 77, 256, 1024}) {
+    check_attention(2, T, 3, 64, {}, OutForm::bf16, false);
+    check_attention(2, T, 3, 64, mma_sync, OutForm::bf16, false);
+    check_attention(2, T, 2, 128, {}, OutForm::bf16, false);
+  }
+  check_attention(3, 80, 3, 64, {}, OutForm::fp8_codes_t, false);
+  check_attention(3, 80, 3, 64, mma_sync, OutForm::fp8_codes_t, false);
 }
 
 TEST_CASE("attention head size 128", "[gpu][attention]") {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "util/gpu_test_util.h"
 #include "kernels/adamw.cuh"
@@ -19,11 +20,24 @@ namespace {
 
 const char* name_of(StateDtype s) { return s == StateDtype::fp32 ? "fp32" : s == StateDtype::bf16 ? "bf16" : "fp8"; }
 
+// A device copy of `host`, starting `shift` elements into the tensor (which has that many more).
 template <class T>
-Tensor to_device(const std::vector<T>& host, DType dtype) {
-  Tensor t = Tensor::empty({static_cast<int64_t>(host.size() * sizeof(T) / dtype_size(dtype))}, dtype, kGpu);
-  copy_bytes(t.raw(), kGpu, host.data(), Device::cpu(), host.size() * sizeof(T));
+Tensor to_device(const std::vector<T>& host, DType dtype, int64_t shift = 0) {
+  const int64_t count = static_cast<int64_t>(host.size() * sizeof(T) / dtype_size(dtype)) + shift;
+  Tensor t = Tensor::empty({count}, dtype, kGpu);
+  copy_bytes(static_cast<char*>(t.raw()) + shift * sizeof(T), kGpu, host.data(), Device::cpu(),
+             host.size() * sizeof(T));
   return t;
+}
+
+template <class T>
+std::vector<T> bytes_back(const Tensor& t);
+
+// `host`'s size in elements read back from `t` after `shift` elements.
+template <class T>
+std::vector<T> shifted_back(const Tensor& t, int64_t shift) {
+  std::vector<T> all = bytes_back<T>(t);
+  return std::vector<T>(all.begin() + shift, all.end());
 }
 
 template <class T>
@@ -66,8 +80,11 @@ int64_t random_segments(int64_t n, std::vector<AdamWSegment>& segs) {
 TEST_CASE("adamw matches the CPU update bit for bit - every state and gradient dtype", "[gpu][adamw]") {
   for (StateDtype s : {StateDtype::fp32, StateDtype::bf16, StateDtype::fp8})
     for (DType gd : {DType::f32, DType::bf16})
-      for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{(1 << 20) + 77}}) {
-        INFO(name_of(s) << " state, " << dtype_name(gd) << " gradients, n " << n);
+      // Shift 0: aligned buffers, the four-element kernel; shift 1: one element into each buffer, so that the
+      // one-element kernel runs.
+      for (auto [n, shift] : {std::pair<int64_t, int64_t>{1, 0}, {1000, 0}, {(1 << 20) + 77, 0}, {1000, 1},
+                              {(1 << 16) + 5, 1}}) {
+        INFO(name_of(s) << " state, " << dtype_name(gd) << " gradients, n " << n << ", shift " << shift);
         std::vector<AdamWSegment> segs;
         const int64_t ncompute = random_segments(n, segs);
         // Fresh inputs: parameters, gradients, and moments encoded in the state dtype.
@@ -84,14 +101,14 @@ TEST_CASE("adamw matches the CPU update bit for bit - every state and gradient d
         quantize_moment_blocks(m.data(), n, m8.data(), scales.data());
         std::vector<uint16_t> copy(ncompute, 0xFFFF);  // poisoned: NaN bits
 
-        Tensor dp = to_device(p, DType::f32), dseg = to_device(segs, DType::i32);
-        Tensor dg = gd == DType::f32 ? to_device(g, DType::f32) : to_device(g16, DType::bf16);
-        Tensor dm = s == StateDtype::fp32 ? to_device(m, DType::f32)
-                    : s == StateDtype::bf16 ? to_device(m16, DType::bf16)
-                                            : to_device(m8, DType::e4m3);
-        Tensor dv = s == StateDtype::fp32 ? to_device(v, DType::f32) : to_device(v16, DType::bf16);
+        Tensor dp = to_device(p, DType::f32, shift), dseg = to_device(segs, DType::i32);
+        Tensor dg = gd == DType::f32 ? to_device(g, DType::f32, shift) : to_device(g16, DType::bf16, shift);
+        Tensor dm = s == StateDtype::fp32 ? to_device(m, DType::f32, shift)
+                    : s == StateDtype::bf16 ? to_device(m16, DType::bf16, shift)
+                                            : to_device(m8, DType::e4m3, shift);
+        Tensor dv = s == StateDtype::fp32 ? to_device(v, DType::f32, shift) : to_device(v16, DType::bf16, shift);
         Tensor dscale = to_device(scales, DType::f32);
-        Tensor dcopy = poisoned({std::max<int64_t>(ncompute, 1)}, DType::bf16);
+        Tensor dcopy = poisoned({std::max<int64_t>(ncompute, 1) + shift}, DType::bf16);
 
         AdamWBuffers host;
         host.params = p.data();
@@ -109,12 +126,13 @@ TEST_CASE("adamw matches the CPU update bit for bit - every state and gradient d
         host.n = n;
         host.index_base = 123457;  // the rounding draws per flat index, not per local one
         AdamWBuffers dev = host;
-        dev.params = dp.data<float>();
-        dev.grads = dg.raw();
-        dev.m = dm.raw();
-        dev.v = dv.raw();
+        auto at = [shift](const Tensor& t) { return static_cast<char*>(t.raw()) + shift * dtype_size(t.dtype()); };
+        dev.params = reinterpret_cast<float*>(at(dp));
+        dev.grads = at(dg);
+        dev.m = at(dm);
+        dev.v = at(dv);
         dev.m_scale = dscale.data<float>();
-        dev.params_bf16 = dcopy.data<uint16_t>();
+        dev.params_bf16 = reinterpret_cast<uint16_t*>(at(dcopy));
         dev.segments = static_cast<const AdamWSegment*>(dseg.raw());
 
         OptimConfig cfg;
@@ -125,17 +143,17 @@ TEST_CASE("adamw matches the CPU update bit for bit - every state and gradient d
         kernels::adamw_update(dev, h, kernels::compute_stream());
         adamw_update_cpu(host, h);
 
-        CHECK(mismatches(bytes_back<float>(dp), p) == 0);
+        CHECK(mismatches(shifted_back<float>(dp, shift), p) == 0);
         if (s == StateDtype::fp32) {
-          CHECK(mismatches(bytes_back<float>(dm), m) == 0);
-          CHECK(mismatches(bytes_back<float>(dv), v) == 0);
+          CHECK(mismatches(shifted_back<float>(dm, shift), m) == 0);
+          CHECK(mismatches(shifted_back<float>(dv, shift), v) == 0);
         } else {
-          CHECK(mismatches(bytes_back<uint16_t>(dv), v16) == 0);
-          if (s == StateDtype::bf16) CHECK(mismatches(bytes_back<uint16_t>(dm), m16) == 0);
-          if (s == StateDtype::fp8) CHECK(mismatches(bytes_back<uint8_t>(dm), m8) == 0);
+          CHECK(mismatches(shifted_back<uint16_t>(dv, shift), v16) == 0);
+          if (s == StateDtype::bf16) CHECK(mismatches(shifted_back<uint16_t>(dm, shift), m16) == 0);
+          if (s == StateDtype::fp8) CHECK(mismatches(shifted_back<uint8_t>(dm, shift), m8) == 0);
           if (s == StateDtype::fp8) CHECK(mismatches(bytes_back<float>(dscale), scales) == 0);
         }
-        std::vector<uint16_t> got = bytes_back<uint16_t>(dcopy);
+        std::vector<uint16_t> got = shifted_back<uint16_t>(dcopy, shift);
         got.resize(ncompute);
         CHECK(mismatches(got, copy) == 0);  // written exactly where segments have a compute copy
       }
