@@ -74,9 +74,10 @@ __global__ void adamw_kernel(AdamWBuffers b, AdamWHyper h) {
       rv[j] = e.v;
       amax = fmaxf(amax, fabsf(e.m));
     }
-    float new_scale = 0.0f;
+    float new_inv = 0.0f;
     if constexpr (S == StateDtype::fp8) {
-      new_scale = moment_block_scale(warp_max(amax));  // the whole warp is here: blk is warp-uniform
+      const float new_scale = moment_block_scale(warp_max(amax));  // the whole warp is here: blk is warp-uniform
+      new_inv = moment_inv_scale(new_scale);
       if (lane == 0) b.m_scale[blk] = new_scale;
     }
 #pragma unroll
@@ -91,7 +92,7 @@ __global__ void adamw_kernel(AdamWBuffers b, AdamWHyper h) {
         if constexpr (S == StateDtype::bf16)
           static_cast<uint16_t*>(b.m)[i] = bf16_round_stochastic(rm[j], bits);
         else
-          static_cast<uint8_t*>(b.m)[i] = to_fp8<Fp8Format::e4m3>(moment_scaled(rm[j], new_scale));
+          static_cast<uint8_t*>(b.m)[i] = to_fp8<Fp8Format::e4m3>(moment_scaled(rm[j], new_inv));
         static_cast<uint16_t*>(b.v)[i] = bf16_round_stochastic(rv[j], bits >> 16);
       }
     }
@@ -184,9 +185,10 @@ __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
       const bool whole = full && s == s0 && i0 + 4 <= seg.end && (seg.compute + (i0 - seg.begin)) % 4 == 0;
       if (b.params_bf16 && seg.compute >= 0 && !whole) b.params_bf16[seg.compute + (i - seg.begin)] = copy[t];
     }
-    float new_scale = 0.0f;
+    float new_inv = 0.0f;
     if constexpr (S == StateDtype::fp8) {
-      new_scale = moment_block_scale(warp_max(amax));  // the whole warp is here: blk is warp-uniform
+      const float new_scale = moment_block_scale(warp_max(amax));  // the whole warp is here: blk is warp-uniform
+      new_inv = moment_inv_scale(new_scale);
       if (lane == 0) b.m_scale[blk] = new_scale;
     }
     uint16_t m16[4] = {}, v16[4] = {};
@@ -198,7 +200,7 @@ __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
         if constexpr (S == StateDtype::bf16)
           m16[t] = bf16_round_stochastic(m[t], bits);
         else
-          m8 |= uint32_t{to_fp8<Fp8Format::e4m3>(moment_scaled(m[t], new_scale))} << (8 * t);
+          m8 |= uint32_t{to_fp8<Fp8Format::e4m3>(moment_scaled(m[t], new_inv))} << (8 * t);
         v16[t] = bf16_round_stochastic(v[t], bits >> 16);
       }
     }

@@ -25,6 +25,7 @@ inline constexpr float kMomentCodeMax = 448.0f;  // E4M3's largest finite value
 struct AdamWHyper {
   float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, grad_scale;
   float bias_corr1, bias_corr2;  // 1 - beta^step
+  float inv_bias_corr1, inv_bias_corr2;  // 1 / bias_corr (f32): an element multiplies instead of dividing
   uint32_t rounding_key;         // keys the stochastic rounding of this step (rounding_bits)
 };
 
@@ -114,7 +115,9 @@ FP8T_HOST_DEVICE AdamWElement adamw_element(float param, float grad, float m, fl
   const float g = f32_mul(grad, h.grad_scale);
   const float m1 = f32_add(f32_mul(h.beta1, m), f32_mul(h.one_minus_beta1, g));
   const float v1 = f32_add(f32_mul(h.beta2, v), f32_mul(f32_mul(h.one_minus_beta2, g), g));
-  const float mhat = f32_div(m1, h.bias_corr1), vhat = f32_div(v1, h.bias_corr2);
+  // One division and one square root per element: the update is compute-bound on the GPU, where each
+  // correctly rounded division or root is a subroutine of a dozen or more instructions.
+  const float mhat = f32_mul(m1, h.inv_bias_corr1), vhat = f32_mul(v1, h.inv_bias_corr2);
   const float step = f32_add(f32_div(mhat, f32_add(f32_sqrt(vhat), h.eps)), f32_mul(weight_decay, param));
   return {f32_sub(param, f32_mul(h.lr, step)), m1, v1};
 }
@@ -146,13 +149,15 @@ FP8T_HOST_DEVICE uint16_t bf16_round_stochastic(float x, uint32_t bits16) {
 FP8T_HOST_DEVICE float bf16_value(uint16_t b) { return f32_from_bits(static_cast<uint32_t>(b) << 16); }
 
 // ---- the fp8 first moment of a block: scale = amax / 448 (0 for a block of zeros, whose codes are 0),
-// code = e4m3(m / scale) (round to nearest even, saturating), value = e4m3 value * scale.
+// code = e4m3(m * (1 / scale)) (round to nearest even, saturating), value = e4m3 value * scale.
 FP8T_HOST_DEVICE float moment_block_scale(float amax) {
   return amax > 0.0f ? f32_div(amax, kMomentCodeMax) : 0.0f;
 }
-// What gets encoded as the code of m: m / scale, or 0 in a zero block (NaN stays NaN).
-FP8T_HOST_DEVICE float moment_scaled(float m, float scale) {
-  return scale > 0.0f ? f32_div(m, scale) : (m != m ? m : 0.0f);
+// 1 / scale, once per block (0 for a zero block), so that encoding an element multiplies.
+FP8T_HOST_DEVICE float moment_inv_scale(float scale) { return scale > 0.0f ? f32_div(1.0f, scale) : 0.0f; }
+// What gets encoded as the code of m: m * (1 / scale), or 0 in a zero block (NaN stays NaN).
+FP8T_HOST_DEVICE float moment_scaled(float m, float inv_scale) {
+  return inv_scale > 0.0f ? f32_mul(m, inv_scale) : (m != m ? m : 0.0f);
 }
 
 }  // namespace fp8t

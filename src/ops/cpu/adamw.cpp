@@ -24,6 +24,8 @@ AdamWHyper adamw_hyper(const OptimConfig& cfg, double lr, double grad_scale, int
   h.grad_scale = static_cast<float>(grad_scale);
   h.bias_corr1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta1), step));
   h.bias_corr2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta2), step));
+  h.inv_bias_corr1 = 1.0f / h.bias_corr1;
+  h.inv_bias_corr2 = 1.0f / h.bias_corr2;
   h.rounding_key = mix32(static_cast<uint32_t>(step) * 0x9E3779B9u);
   return h;
 }
@@ -71,7 +73,7 @@ void update_block(const AdamWBuffers& b, const AdamWHyper& h, int64_t block) {
     v_new[i - first] = e.v;
     amax = std::fmax(amax, std::fabs(e.m));
   }
-  const float new_scale = moment_block_scale(amax);
+  const float new_scale = moment_block_scale(amax), new_inv = moment_inv_scale(new_scale);
   if (S == StateDtype::fp8) b.m_scale[block] = new_scale;
   for (int64_t i = first; i < last; ++i) {
     const float m = m_new[i - first], v = v_new[i - first];
@@ -84,7 +86,7 @@ void update_block(const AdamWBuffers& b, const AdamWHyper& h, int64_t block) {
     if constexpr (S == StateDtype::bf16)
       static_cast<uint16_t*>(b.m)[i] = bf16_round_stochastic(m, bits);
     else
-      static_cast<uint8_t*>(b.m)[i] = float_to_fp8(moment_scaled(m, new_scale), Fp8Format::e4m3);
+      static_cast<uint8_t*>(b.m)[i] = float_to_fp8(moment_scaled(m, new_inv), Fp8Format::e4m3);
     static_cast<uint16_t*>(b.v)[i] = bf16_round_stochastic(v, bits >> 16);
   }
 }
@@ -125,7 +127,8 @@ void quantize_moment_blocks(const float* m, int64_t n, uint8_t* codes, float* sc
     float amax = 0.0f;
     for (int64_t i = first; i < last; ++i) amax = std::fmax(amax, std::fabs(m[i]));
     scales[k] = moment_block_scale(amax);
-    for (int64_t i = first; i < last; ++i) codes[i] = float_to_fp8(moment_scaled(m[i], scales[k]), Fp8Format::e4m3);
+    const float inv = moment_inv_scale(scales[k]);
+    for (int64_t i = first; i < last; ++i) codes[i] = float_to_fp8(moment_scaled(m[i], inv), Fp8Format::e4m3);
   }
 }
 
