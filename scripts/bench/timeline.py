@@ -7,8 +7,9 @@ activities' intervals (kernels, memsets, memcpys, on any stream) and prints the 
   step ms (the window), busy ms (the device runs something), idle ms (window - busy), the sums of kernel, memset
   and memcpy durations, the activity count, and the idle gaps by length (< 2 us, 2-10 us, 10-100 us, >= 100 us:
   count and ms).
-Then, for the median step, the ten longest gaps with the activities before and after them, and its kernels
-grouped by name, largest total first.
+Then the time per category (issue 16's: FP8 and BF16 GEMMs, attention, FP8 casts/saves/restores, LayerNorm,
+optimizer, ..., memsets, idle) as medians over the steps with their share of the step; for the median step, the
+ten longest gaps with the activities before and after them, and its kernels grouped by name, largest total first.
 Usage: scripts/bench/timeline.py TIMELINE.csv [SKIP]"""
 import csv
 import statistics
@@ -74,6 +75,38 @@ def analyse(acts, begin, end):
     return r, gaps, inside
 
 
+# Kernel name -> category, first match wins (names as CUPTI reports them, demangled). cuBLASLt's Hopper kernels
+# ("nvjet_sm90_...") carry "q" in their type letters for FP8 operands ("qqtst", "qrtst"); the others are BF16.
+CATEGORIES = [
+    ("attention", lambda n: "attention" in n),
+    ("FP8 GEMM", lambda n: n.startswith("nvjet_sm90_q")),
+    ("BF16 GEMM", lambda n: n.startswith(("nvjet", "sm90_xmma_gemm", "cublasLt::", "cutlass"))),
+    ("FP8 casts, saves, restores", lambda n: any(k in n for k in ("cast", "save_rows", "dequantize", "fp8_",
+                                                                   "transpose", "amax", "scale_from"))),
+    ("LayerNorm", lambda n: "layernorm" in n),
+    ("optimizer, grad norm", lambda n: any(k in n for k in ("adamw", "sum_squares", "global_norm"))),
+    ("loss, embedding", lambda n: "cross_entropy" in n or "embedding" in n),
+]
+
+
+def category(kind, name):
+    if kind != "kernel":
+        return kind + "s"  # memsets, memcpys
+    n = short(name)
+    for label, match in CATEGORIES:
+        if match(n):
+            return label
+    return "other kernels"
+
+
+def by_category(inside, begin, end, idle_ms):
+    t = defaultdict(float)
+    for s, e, kind, name in inside:
+        t[category(kind, name)] += (min(e, end) - max(s, begin)) / 1e6
+    t["idle"] = idle_ms
+    return t
+
+
 def short(name):
     if name.startswith("("):  # a step boundary, not a kernel
         return name
@@ -98,6 +131,15 @@ def main():
     print("|---" * len(keys) + "|")
     print("| " + " | ".join(f"{statistics.median(r[k] for r, _, _ in results):.3f}".rstrip("0").rstrip(".")
                              for k in keys) + " |")
+    cats = [by_category(inside, b, e, r["idle ms"]) for (r, _, inside), (b, e) in zip(results, windows)]
+    step_ms = statistics.median(r["step ms"] for r, _, _ in results)
+    labels = sorted({k for c in cats for k in c}, key=lambda k: -statistics.median(c.get(k, 0.0) for c in cats))
+    print("\nby category (medians over the steps; kernels on several streams can overlap, so shares may sum past 100%)")
+    print("| category | ms per step | share of step |")
+    print("|---|---|---|")
+    for k in labels:
+        ms = statistics.median(c.get(k, 0.0) for c in cats)
+        print(f"| {k} | {ms:.2f} | {100 * ms / step_ms:.1f}% |")
     steps = sorted(range(len(results)), key=lambda i: results[i][0]["step ms"])
     r, gaps, inside = results[steps[len(steps) // 2]]
     print(f"\nmedian step ({r['step ms']:.2f} ms): the ten longest gaps")

@@ -52,6 +52,19 @@ with tempfile.TemporaryDirectory() as d:
     assert out.startswith("1 steps (after the first 2)"), out
     assert "| 0.23 | 0.03 | 0.2 |" in out, out
     assert "200.0 us  after k4" not in out and "200.0 us  after (step start)  before k4" in out, out
+    # Categories: the step-2 window holds k1, k2, k3 (other kernels), a memset and 56 us idle.
+    r, _, inside = timeline.analyse(acts, *windows[0])
+    cats = timeline.by_category(inside, *windows[0], r["idle ms"])
+    assert abs(cats["other kernels"] - 0.119) < 1e-9 and abs(cats["memsets"] - 0.005) < 1e-9, cats
+    assert abs(cats["optimizer, grad norm"] - 0.02) < 1e-9 and abs(cats["idle"] - 0.056) < 1e-9, cats
+    for name, want in [("nvjet_sm90_qqtst_192x192_128x4_1x2_h_bz_coopB_bias_TNN", "FP8 GEMM"),
+                       ("nvjet_sm90_tst_320x128_64x3_1x2_h_badd_coopB_NTT", "BF16 GEMM"),
+                       ("void fp8t::kernels::attention_backward_wgmma_kernel<3, (DqLayout)1>(float*)", "attention"),
+                       ("void fp8t::kernels::(anonymous namespace)::cast_transpose_kernel<(fp8t::Fp8Format)0>(float*)",
+                        "FP8 casts, saves, restores"),
+                       ("void fp8t::kernels::layernorm_backward_fused_kernel<8>(float*)", "LayerNorm")]:
+        assert timeline.category("kernel", name) == want, (name, timeline.category("kernel", name))
+    assert "| idle | 0.20 | 87.0% |" in out, out
     # No AdamW at all: a clear message, not a traceback.
     with open(path, "w") as f:
         f.write("kind,start_ns,end_ns,stream,name\nkernel,0,10,7,k1\n")
