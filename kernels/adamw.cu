@@ -217,7 +217,8 @@ __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
         store4(static_cast<uint16_t*>(b.v) + i0, v16);
       }
       const AdamWSegment& seg = b.segments[s0];
-      if (b.params_bf16 && seg.compute >= 0 && s == s0 && i0 + 4 <= seg.end && (seg.compute + (i0 - seg.begin)) % 4 == 0)
+      if (b.params_bf16 && seg.compute >= 0 && s == s0 && i0 + 4 <= seg.end &&
+          (seg.compute + (i0 - seg.begin)) % 4 == 0)
         store4(b.params_bf16 + seg.compute + (i0 - seg.begin), copy);
     } else {
 #pragma unroll

@@ -277,9 +277,9 @@ __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlock
   }
 }
 
-// dqkv[:, :, q part] += scale * dq_accum (= unless `accumulate`); one thread per 8 channels of (B, T, C) (16-byte accesses). kTiled:
-// dq_accum in DqLayout::tiles (the wgmma backward's): head size 64, tile (b * NH + h, t / 64), and in it row
-// 16 w + g + 8 r, columns 8 j .. 8 j + 7 at ((w * 8 + j) * 2 + r) * 64 + 8 g.
+// dqkv[:, :, q part] += scale * dq_accum (= unless `accumulate`); one thread per 8 channels of (B, T, C) (16-byte
+// accesses). kTiled: dq_accum in DqLayout::tiles (the wgmma backward's): head size 64, tile (b * NH + h, t / 64),
+// and in it row 16 w + g + 8 r, columns 8 j .. 8 j + 7 at ((w * 8 + j) * 2 + r) * 64 + 8 g.
 template <bool kTiled>
 __global__ void attention_dq_kernel(bf16* dqkv, const float* dq_accum, int64_t n_chunks, int C, int T, float scale,
                                     bool accumulate) {
@@ -309,8 +309,8 @@ __global__ void attention_dq_kernel(bf16* dqkv, const float* dq_accum, int64_t n
 
 template <int HS>
 void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv,
-                     const AttentionOut& out, const float* lse, int B, int T, int NH, cudaStream_t stream, const AttentionKernels& k,
-                     bool accumulate) {
+                     const AttentionOut& out, const float* lse, int B, int T, int NH, cudaStream_t stream,
+                     const AttentionKernels& k, bool accumulate) {
   constexpr int KEYS = BwdTile<HS>::kKeys, kThreads = 2 * KEYS, bytes = backward_smem_bytes<HS>();
   static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
   const int slots = resident.get([] {

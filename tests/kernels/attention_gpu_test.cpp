@@ -115,8 +115,10 @@ void check_attention(int B, int T, int NH, int HS, const kernels::AttentionKerne
   auto dqkv0 = accumulate ? round_bf16(randn(n_qkv, float(rms(g)))) : std::vector<float>(n_qkv, 0.0f);
   Tensor dqkv = accumulate ? upload(dqkv0, {B, T, 3 * C}, DType::bf16) : poisoned({B, T, 3 * C}, DType::bf16);
   const Tensor tdout = upload(dout, {B, T, C}, DType::bf16);
-  if (form == OutForm::fp8_codes_t) cuda_ops::attention_backward(dqkv, tdout, tqkv, out_q, lse, NH, kernels, accumulate);
-  else cuda_ops::attention_backward(dqkv, tdout, tqkv, out, lse, NH, kernels, accumulate);
+  if (form == OutForm::fp8_codes_t)
+    cuda_ops::attention_backward(dqkv, tdout, tqkv, out_q, lse, NH, kernels, accumulate);
+  else
+    cuda_ops::attention_backward(dqkv, tdout, tqkv, out, lse, NH, kernels, accumulate);
   for (int64_t i = 0; i < n_qkv; ++i) g[i] += dqkv0[i];
   const auto got = download(dqkv);
   CHECK(rel_err(got, g) < 2e-2);
