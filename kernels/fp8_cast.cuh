@@ -68,6 +68,17 @@ void fp8_cast(const void* in, DType in_dtype, int64_t rows, int64_t cols, uint8_
               Fp8Format format, const float* scale, Fp8CastOutputs stats, cudaStream_t stream,
               Fp8CastInput input = Fp8CastInput::as_is, Fp8CastOperands ops = {});
 
+// fp8_all's MLP backward casts over the saved GELU input in one pass: what fp8_cast with saved_gelu writes into out_t
+// (here gelu_t: (cols, rows) E4M3 codes of gelu(pre) with *gelu_scale, no statistics: fc2's wgrad operand) and what
+// fp8_cast with saved_dgelu writes into out / out_t (`format`, *scale, stats, colsum: fc's dgrad and wgrad operands
+// and bias gradient), each bit for bit, reading pre's codes (ops.pre_codes, ops.row_scale_inv) once. out or out_t may
+// be null. Needs fp8_saved_gelu_pair_supported (else an error: run the two casts).
+bool fp8_saved_gelu_pair_supported(const __nv_bfloat16* in, int64_t rows, int64_t cols, const uint8_t* out,
+                                   const uint8_t* out_t, const uint8_t* gelu_t, const Fp8CastOperands& ops);
+void fp8_cast_saved_gelu_pair(const __nv_bfloat16* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t,
+                              uint8_t* gelu_t, Fp8Format format, const float* scale, const float* gelu_scale,
+                              Fp8CastOutputs stats, const Fp8CastOperands& ops, cudaStream_t stream);
+
 // out (n) bf16 = fp8_to_float(codes[i]) * *scale_inv, rounded to nearest even (as the host codec).
 void fp8_dequantize(const uint8_t* codes, Fp8Format format, int64_t n, const float* scale_inv, __nv_bfloat16* out,
                     cudaStream_t stream);

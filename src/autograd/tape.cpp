@@ -31,6 +31,7 @@ void settle_grad(GradCell& cell) {
   PendingGrad p = std::move(cell.pending);
   cell.pending = PendingGrad{};
   cell.grad = p.materialize(p.operand, p.input());
+  if (p.then) p.then(false);
 }
 
 bool grad_exists(const GradRef& g) { return settle_or_make(*g.cell); }

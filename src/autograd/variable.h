@@ -23,6 +23,13 @@ struct PendingGrad {
   Tensor input_codes, input_row_scale_inv;
   // v's gradient gelu'(v) * operand in a fresh tensor, bit for bit what the producer's fused pass reads.
   std::function<Tensor(const Tensor& operand, const Tensor& input)> materialize;
+  // Work the op that left the gradient pending deferred to whoever takes it (fp8_all's FP8 MLP: fc2's wgrad, whose
+  // operand, gelu(v)'s transposed E4M3 codes, fc's fused pass over input_codes can write on the way): `gelu_t`
+  // ((cols, rows) codes) and `gelu_scale` (1 f32) say where and with which scale; then(written) runs the deferred
+  // work, written saying whether the taker wrote gelu_t (else then() casts it itself). Whoever takes the pending
+  // gradient calls then() exactly once (settle_grad does, with false).
+  Tensor gelu_t, gelu_scale;
+  std::function<void(bool written)> then;
   bool defined() const { return operand.defined(); }
 };
 

@@ -157,6 +157,15 @@ QuantizedTensor x_codes_t(const Fp8LinearSaved& s, cudaStream_t stream) {
   return xt;
 }
 
+// dw (OC, IC) += dy^T (OC, M) @ x (M, IC), with dy^T and x^T as the K-major operands (dyq's codes_t, xt's codes_t).
+void wgrad(const Fp8LinearSaved& s, const QuantizedTensor& dyq, const QuantizedTensor& xt, cudaStream_t stream) {
+  Tensor& dw = grad_of(s.w);
+  FP8T_CHECK(dw.device().is_cuda() && (dw.dtype() == DType::f32 || dw.dtype() == DType::bf16),
+             "fp8_linear ({}): the weight gradient must be a CUDA f32 or bf16 tensor, got {}", s.st->name, dw.str());
+  k::matmul_fp8_backward_weight(dw.raw(), dw.dtype(), operand(dyq, true), operand(xt, true), static_cast<int>(s.M),
+                                static_cast<int>(s.IC), static_cast<int>(s.OC), /*accumulate=*/true, stream);
+}
+
 void backward_stage(const Fp8LinearSaved& s) {
   Fp8LinearState& st = *s.st;
   const bool need_dx = s.x_needs_grad, need_dw = s.w->requires_grad;
@@ -209,10 +218,21 @@ void backward_stage(const Fp8LinearSaved& s) {
   prepare_scale(st.grad_output, sdy, dy, stream, dy_input, dy_ops);
   k::Fp8CastOutputs dy_stats = stats_into(sdy);
   dy_stats.colsum = db;
-  k::fp8_cast(dy.raw(), DType::bf16, M, OC, need_dx ? dyq.codes.data<uint8_t>() : nullptr,
-              need_dw ? dyq.codes_t.data<uint8_t>() : nullptr, st.formats.backward, &sdy->scale, dy_stats, stream,
-              dy_input, dy_ops);
+  uint8_t* out = need_dx ? dyq.codes.data<uint8_t>() : nullptr;
+  uint8_t* out_t = need_dw ? dyq.codes_t.data<uint8_t>() : nullptr;
+  // fp8_all's fc: the GELU input's codes also give fc2's deferred wgrad its operand, in the same pass.
+  const bool pair = pre_from_codes && pending.then && pending.gelu_t.defined() &&
+                    k::fp8_saved_gelu_pair_supported(dy.data<bf16>(), M, OC, out, out_t,
+                                                     pending.gelu_t.data<uint8_t>(), dy_ops);
+  if (pair)
+    k::fp8_cast_saved_gelu_pair(dy.data<bf16>(), M, OC, out, out_t, pending.gelu_t.data<uint8_t>(),
+                                st.formats.backward, &sdy->scale, pending.gelu_scale.data<float>(), dy_stats, dy_ops,
+                                stream);
+  else
+    k::fp8_cast(dy.raw(), DType::bf16, M, OC, out, out_t, st.formats.backward, &sdy->scale, dy_stats, stream, dy_input,
+                dy_ops);
   st.device.mark_pending(Fp8Role::grad_output);
+  if (pending.then) pending.then(pair);
   if (need_dx) {
     const GradRef& xg = s.x_grad;
     if (s.prologue.kind == k::Fp8CastInput::layernorm)
@@ -224,13 +244,27 @@ void backward_stage(const Fp8LinearSaved& s) {
       dgrad_into_x(s, dyq, stream);
   }
   if (need_dw) {
-    Tensor& dw = grad_of(s.w);
-    FP8T_CHECK(dw.device().is_cuda() && (dw.dtype() == DType::f32 || dw.dtype() == DType::bf16),
-               "fp8_linear ({}): the weight gradient must be a CUDA f32 or bf16 tensor, got {}", st.name, dw.str());
-    // dw (OC, IC) += dy^T (OC, M) @ x (M, IC), with dy^T and x^T as the K-major operands
-    const QuantizedTensor xt = x_codes_t(s, stream);
-    k::matmul_fp8_backward_weight(dw.raw(), dw.dtype(), operand(dyq, true), operand(xt, true), static_cast<int>(M),
-                                  static_cast<int>(s.IC), static_cast<int>(OC), /*accumulate=*/true, stream);
+    // fp8_all's fc2 whose dgrad left x's (the GELU input's) gradient pending with its codes: the wgrad waits for
+    // x's producer, whose dy cast reads those codes and writes gelu(x)'s transposed codes, the wgrad's operand, in
+    // the same pass (PendingGrad::then); else (written false) it casts them itself, as here below.
+    PendingGrad& p = s.x_grad.cell->pending;
+    if (s.recast_xt && s.prologue.kind == k::Fp8CastInput::gelu && need_dx && p.defined() &&
+        p.input_codes.defined() && !p.then) {
+      const QuantizedTensor xt = per_tensor_codes(M, s.IC, fp8_dtype(st.formats.forward), dy.device(), false, true,
+                                                  MemCategory::workspace, MemCategory::workspace, s.x_fp8.scale_inv);
+      p.gelu_t = xt.codes_t;
+      p.gelu_scale = s.x_scale;
+      Fp8LinearSaved later = s;
+      later.x_grad = GradRef{};  // the closure lives in x's gradient cell: no reference back to it
+      QuantizedTensor dyq_t = dyq;
+      dyq_t.codes = Tensor();  // dgrad is done: only the transposed codes wait
+      p.then = [later = std::move(later), dyq_t = std::move(dyq_t), xt](bool written) {
+        const cudaStream_t st_stream = k::compute_stream();
+        wgrad(later, dyq_t, written ? xt : x_codes_t(later, st_stream), st_stream);
+      };
+    } else {
+      wgrad(s, dyq, x_codes_t(s, stream), stream);
+    }
   }
   db_sink.commit();
 }
