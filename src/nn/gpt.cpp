@@ -378,22 +378,18 @@ Var GPT::logits(const Tensor& tokens, bool recompute) {
 }
 
 Var GPT::loss(const Tensor& tokens, const Tensor& targets, bool recompute, float grad_scale) {
-  if (fp8_head_) {
-    const Var head = logits(tokens, recompute);
-    watch_layer("", "loss");
-    ActivationRole role("final LayerNorm + head + loss");
-    return cross_entropy(head, targets, cfg_.vocab_size);
-  }
   // The head and the loss a chunk of tokens at a time: the (B, T, Vp) logits (e.g. 3.3 GB at
   // B = 32, T = 1024 in BF16) never exist at once.
   const Var h = hidden(tokens, recompute);
   watch_layer("", "lm_head");
   ActivationRole role("final LayerNorm + head + loss");
+  if (fp8_head_)
+    return fp8_lm_head_loss(h, params_->var("wte"), *fp8_head_, targets, cfg_.vocab_size, head_chunk_rows(),
+                            grad_scale);
   return lm_head_loss(h, params_->var("wte"), targets, cfg_.vocab_size, head_chunk_rows(), grad_scale);
 }
 
 int64_t GPT::head_chunk_rows() const {
-  if (fp8_head_) return 0;
   // 256 MiB of logits per chunk, at most 4,096 tokens (past that a chunk's GEMMs gain nothing).
   constexpr int64_t kChunkBytes = int64_t{256} << 20, kMaxRows = 4096;
   const Tensor& wte = params_->var("wte")->value;

@@ -42,7 +42,7 @@ class GPT {
   // grad_scale: the seed the caller will pass to Tape::backward (the head's gradients are computed
   // during the forward pass for it; see lm_head_loss).
   Var loss(const Tensor& tokens, const Tensor& targets, bool recompute = false, float grad_scale = 1.0f);
-  // Tokens per chunk of the head and loss (0 when the FP8 head materialises all logits at once).
+  // Tokens per chunk of the head and loss (BF16 or FP8 head).
   int64_t head_chunk_rows() const;
   // Logits (B, T, Vp) for sampling/evaluation.
   Var logits(const Tensor& tokens, bool recompute = false);

@@ -312,4 +312,62 @@ Var fp8_linear_ln(const Var& x, const Var& ln_w, const Var& ln_b, const Var& w, 
   // it in backward): the composition itself.
   return fp8_linear(layernorm(x, ln_w, ln_b), w, b, st);
 }
+
+Var fp8_lm_head_loss(const Var& h, const Var& w, Fp8LinearState& st, const Tensor& targets, int64_t vocab_size,
+                     int64_t chunk_rows, float grad_scale) {
+  const Tensor& hv = h->value;
+  FP8T_CHECK(hv.ndim() == 3, "fp8_lm_head_loss ({}): h must be (B, T, C), got {}", st.name, hv.str());
+  const int64_t BT = hv.dim(0) * hv.dim(1), C = hv.dim(2);
+  FP8T_CHECK(targets.dtype() == DType::i32 && targets.numel() == BT && targets.device() == hv.device(),
+             "fp8_lm_head_loss ({}): targets must be i32 (B, T) matching h {} on its device, got {}", st.name,
+             hv.str(), targets.str());
+  FP8T_CHECK(chunk_rows > 0, "fp8_lm_head_loss ({}): chunk_rows must be positive, got {}", st.name, chunk_rows);
+  const bool train = needs_grad(h, w);
+  const Tensor h2 = hv.view({BT, C}), t2 = targets.view({BT});
+  // d(h) for the assumed seed, added chunk by chunk during the forward pass (each chunk's leaf has its rows of
+  // dh as its gradient).
+  Tensor dh = train && h->requires_grad ? Tensor::zeros({BT, C}, hv.dtype(), hv.device(), MemCategory::activations)
+                                        : Tensor();
+  Tensor loss;  // the mean over all BT tokens: each chunk's mean weighted by its share of the tokens
+  for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows) {
+    const int64_t rows = std::min(chunk_rows, BT - r0);
+    // The chunk's rows as a leaf of a tape of its own: its backward runs right away, so its logits, their
+    // gradient and FP8 copies are freed before the next chunk's exist.
+    Var hc = make_var(h2.slice_flat(r0 * C, {1, rows, C}), train && h->requires_grad);
+    if (dh.defined()) hc->grad = dh.slice_flat(r0 * C, {1, rows, C});
+    const Tensor tc = t2.slice_flat(r0, {1, rows});
+    Tape tape;
+    Var lc;
+    {
+      TapeScope scope(train ? &tape : nullptr);
+      lc = cross_entropy(fp8_linear(hc, w, Var(), st), tc, vocab_size);
+    }
+    const float share = static_cast<float>(static_cast<double>(rows) / static_cast<double>(BT));
+    if (train) {
+      tape.backward(lc, grad_scale * share);  // d(loss_c) = seed * rows / BT: the chunk's part of the mean
+    }
+    Tensor part = lc->value;
+    scale_(part, share);
+    if (!loss.defined())
+      loss = part;
+    else
+      add_(loss, part);
+  }
+  Var y = make_var(std::move(loss));
+  if (train) {
+    y->requires_grad = true;
+    current_tape()->require_seed(grad_scale);
+    // d(w) is already in w's gradient; d(h) waits here for the backward pass.
+    current_tape()->record("fp8_lm_head_loss", [hg = grad_ref(h), dh] {
+      if (!hg.requires_grad) return;
+      if (!grad_exists(hg))
+        hg.cell->grad = dh.view(hg.shape);
+      else
+        add_(grad_of(hg), dh.view(hg.shape));
+    });
+  }
+  watch_op("fp8_lm_head_loss", y, {&h, &w});
+  return y;
+}
+
 }  // namespace fp8t

@@ -123,4 +123,15 @@ Var fp8_linear_gelu(Var pre, const Var& w, const Var& b, Fp8LinearState& st);
 Var fp8_linear_ln(const Var& x, const Var& ln_w, const Var& ln_b, const Var& w, const Var& b, Fp8LinearState& st,
                   const RowStats* x_stats = nullptr);
 
+// The FP8 head and its loss a chunk of tokens at a time, as lm_head_loss (ops/ops.h) is for BF16: the mean
+// cross-entropy of fp8_linear(h, w) (no bias; w (Vp, C), the tied embedding) against targets (B, T), over chunks of
+// chunk_rows tokens (B * T need not divide), so the (B * T, Vp) logits never exist at once. Each chunk runs
+// fp8_linear and cross_entropy on a tape of its own and its backward right away, for the seed grad_scale that the
+// caller's tape must then use (Tape::require_seed): d(w) goes into w's gradient during the forward pass and d(h)
+// into h's during the backward pass. With delayed scaling the statistics accumulate over the chunks as over one
+// cast of the whole tensor (the same scales, so the same codes); with current scaling each chunk's cast takes its
+// own amax. The GEMMs see fewer rows, and d(w) is summed chunk by chunk.
+Var fp8_lm_head_loss(const Var& h, const Var& w, Fp8LinearState& st, const Tensor& targets, int64_t vocab_size,
+                     int64_t chunk_rows, float grad_scale = 1.0f);
+
 }  // namespace fp8t

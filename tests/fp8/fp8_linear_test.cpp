@@ -1,6 +1,7 @@
 // FP8 linear on the CPU emulation: exact against a direct computation from the FP8 codes, within
 // FP8's error of the FP32 linear, weight cache per optimizer step, FP8 activation storage, the fused
 // GELU and LayerNorm ops against their compositions, and the argument checks.
+#include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
@@ -341,4 +342,73 @@ TEST_CASE("fp8: fp8_linear rejects what the emulation cannot run", "[fp8]") {
   REQUIRE_THROWS_WITH(fp8_linear(x, w, nullptr, st), Catch::Matchers::ContainsSubstring("f32"));
   Var w2 = make_var(Tensor::zeros({3, 5}, DType::f32), true);
   REQUIRE_THROWS_WITH(fp8_linear(x, w2, nullptr, st), Catch::Matchers::ContainsSubstring("does not match"));
+}
+
+// The FP8 head in chunks against the unchunked composition. B * T = 64 and chunks of 16, 24 (ragged) and 64 tokens
+// keep every chunk's share of the mean (rows / 64) and so every per-token loss gradient a power of two times the
+// same value: d(logits) and their E5M2 codes are then the same bits, and with delayed scaling (the scales fixed by
+// the step before) so are the loss, d(h) and the statistics; d(w) differs only in its f32 sum's order.
+TEST_CASE("fp8: fp8_lm_head_loss in chunks equals cross_entropy(fp8_linear), gradients and statistics", "[fp8]") {
+  std::mt19937 rng(23);
+  const int64_t B = 2, T = 32, C = 16, V = 45, Vp = 48;
+  const Tensor h0 = randn(rng, {B, T, C}, 1.0f), w0 = randn(rng, {Vp, C}, 0.3f, MemCategory::parameters);
+  Tensor targets = Tensor::empty({B, T}, DType::i32);
+  for (int64_t i = 0; i < B * T; ++i) targets.data<int32_t>()[i] = static_cast<int32_t>(rng() % V);
+  const float seed = 0.5f;
+  struct Run {
+    float loss;
+    std::vector<float> dh, dw;
+    int64_t peak;  // activation bytes at the peak
+  };
+  auto run = [&](int64_t chunk, Fp8LinearState& st) {
+    Var h = make_var(h0, true), w = make_var(w0, true);
+    Allocator& a = allocator_for(Device::cpu());
+    a.reset_peaks();
+    const int64_t before = a.stats().cur(MemCategory::activations);
+    Tape tape;
+    Var loss;
+    {
+      TapeScope s(&tape);
+      loss = chunk > 0 ? fp8_lm_head_loss(h, w, st, targets, V, chunk, seed)
+                       : cross_entropy(fp8_linear(h, w, Var(), st), targets, V);
+    }
+    tape.backward(loss, seed);
+    return Run{loss->value.data<float>()[0], grad_of(h).to_float_vector(), grad_of(w).to_float_vector(),
+               a.stats().pk(MemCategory::activations) - before};
+  };
+  for (Fp8Scaling scaling : {Fp8Scaling::delayed, Fp8Scaling::current}) {
+    for (int64_t chunk : {int64_t{16}, int64_t{24}, int64_t{64}}) {
+      INFO((scaling == Fp8Scaling::delayed ? "delayed" : "current") << " scaling, chunk " << chunk);
+      Fp8LinearState whole("lm_head", fp8_cfg(scaling)), chunked("lm_head", fp8_cfg(scaling));
+      // One step first on each, so that delayed scaling casts with scales from a history.
+      for (Fp8LinearState* st : {&whole, &chunked}) {
+        (void)run(0, *st);
+        st->on_optimizer_step();
+      }
+      const Run ref = run(0, whole), got = run(chunk, chunked);
+      if (scaling == Fp8Scaling::delayed) {
+        CHECK(got.loss == Catch::Approx(ref.loss).epsilon(1e-6));
+        CHECK(got.dh == ref.dh);
+        REQUIRE(got.dw.size() == ref.dw.size());
+        for (size_t i = 0; i < got.dw.size(); ++i) CHECK(got.dw[i] == Catch::Approx(ref.dw[i]).margin(1e-6));
+        check_same_statistics(whole, chunked);
+      } else {  // each chunk's cast takes its own amax: within FP8's error of one cast of the whole
+        CHECK(got.loss == Catch::Approx(ref.loss).epsilon(1e-2));
+        CHECK(rel_err(got.dh, ref.dh) < 0.1);
+        CHECK(rel_err(got.dw, ref.dw) < 0.1);
+      }
+      // The point of the chunks: fewer activation bytes at once than the (B * T, Vp) logits need.
+      if (chunk < B * T) CHECK(got.peak < ref.peak);
+    }
+  }
+  // The gradients were computed for `seed`: the caller's tape refuses another.
+  Fp8LinearState st("lm_head", fp8_cfg());
+  Var h = make_var(h0, true), w = make_var(w0, true);
+  Tape tape;
+  Var loss;
+  {
+    TapeScope s(&tape);
+    loss = fp8_lm_head_loss(h, w, st, targets, V, 16, seed);
+  }
+  CHECK_THROWS_WITH(tape.backward(loss, 1.0f), Catch::Matchers::ContainsSubstring("seed"));
 }
