@@ -166,7 +166,9 @@ __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
       }
     }
     if (i0 < b.n && b.segments[s].end <= i0) s = segment_of(b.segments + s, b.num_segments - s, i0) + s;
-    const int s0 = s;  // the segment of element i0
+    // All four elements go to one aligned run of the compute copy: stored as one vector below.
+    const AdamWSegment& seg0 = b.segments[s];
+    const bool whole = full && i0 + 4 <= seg0.end && (seg0.compute + (i0 - seg0.begin)) % 4 == 0;
     float amax = 0.0f;
     uint16_t copy[4] = {};
 #pragma unroll
@@ -181,8 +183,6 @@ __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
       v[t] = e.v;
       amax = fmaxf(amax, fabsf(e.m));
       copy[t] = __bfloat16_as_ushort(__float2bfloat16_rn(e.param));
-      // Element by element unless all four go to one aligned run of the compute copy (stored below).
-      const bool whole = full && s == s0 && i0 + 4 <= seg.end && (seg.compute + (i0 - seg.begin)) % 4 == 0;
       if (b.params_bf16 && seg.compute >= 0 && !whole) b.params_bf16[seg.compute + (i - seg.begin)] = copy[t];
     }
     float new_inv = 0.0f;
@@ -216,10 +216,7 @@ __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
           *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(b.m) + i0) = m8;
         store4(static_cast<uint16_t*>(b.v) + i0, v16);
       }
-      const AdamWSegment& seg = b.segments[s0];
-      if (b.params_bf16 && seg.compute >= 0 && s == s0 && i0 + 4 <= seg.end &&
-          (seg.compute + (i0 - seg.begin)) % 4 == 0)
-        store4(b.params_bf16 + seg.compute + (i0 - seg.begin), copy);
+      if (whole && b.params_bf16 && seg0.compute >= 0) store4(b.params_bf16 + seg0.compute + (i0 - seg0.begin), copy);
     } else {
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
