@@ -135,7 +135,8 @@ void dgrad_into_x(const Fp8LinearSaved& s, const QuantizedTensor& dyq, cudaStrea
 QuantizedTensor x_codes_t(const Fp8LinearSaved& s, cudaStream_t stream) {
   if (s.x_fp8.codes_t.defined()) return s.x_fp8;
   const Fp8LinearState& st = *s.st;
-  QuantizedTensor xt = per_tensor_codes(s.M, s.IC, fp8_dtype(st.formats.forward), s.x_grad.device, false, true,
+  // s.x_scale's device: a deferred wgrad's copy of s has no x_grad (PendingGrad::then).
+  QuantizedTensor xt = per_tensor_codes(s.M, s.IC, fp8_dtype(st.formats.forward), s.x_scale.device(), false, true,
                                         MemCategory::workspace, MemCategory::workspace, s.x_fp8.scale_inv);
   uint8_t* out_t = xt.codes_t.data<uint8_t>();
   const float* scale = s.x_scale.data<float>();
