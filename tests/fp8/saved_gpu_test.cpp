@@ -398,7 +398,22 @@ TEST_CASE("fp8_cast_saved_gelu_pair equals the saved_gelu and saved_dgelu casts 
         CHECK(mismatches(got.gelu_t, want.gelu_t) == 0);
         CHECK(mismatches(got.amax, want.amax) == 0);
         CHECK(got.saturated == want.saturated);
-        CHECK(rel_err(got.colsum, want.colsum) < 1e-5);
+        // The input's inf and NaN rows make some column sums non-finite: those must be the same, the rest equal
+        // within reordered-f32-sum tolerance (the atomics' order varies).
+        std::vector<float> got_finite, want_finite;
+        size_t nonfinite_mismatches = 0;
+        for (size_t i = 0; i < want.colsum.size(); ++i) {
+          const float g = got.colsum[i], w = want.colsum[i];
+          if (std::isfinite(g) && std::isfinite(w)) {
+            got_finite.push_back(g);
+            want_finite.push_back(w);
+          } else if (!(std::isnan(g) && std::isnan(w)) && g != w) {
+            ++nonfinite_mismatches;
+          }
+        }
+        CHECK(nonfinite_mismatches == 0);
+        CHECK(want_finite.size() >= want.colsum.size() / 2);
+        CHECK(rel_err(got_finite, want_finite) < 1e-5);
       }
   // Shapes the one-pass kernel does not take are refused, so the caller runs the two casts.
   CHECK_FALSE(kernels::fp8_saved_gelu_pair_supported(nullptr, 100, 64, nullptr, nullptr, nullptr, {}));
