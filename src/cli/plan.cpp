@@ -37,6 +37,7 @@ void add_plan(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->callback([o] {
     Config cfg = load_config(o->config, o->sets);
+    check_device(cfg);
     if (o->memory_gib > 0) cfg.run.memory_limit_gib = o->memory_gib;
     MemoryPlan p;
     try {

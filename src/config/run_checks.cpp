@@ -15,6 +15,7 @@
 #include <system_error>
 
 #include "config/config.h"
+#include "core/allocator.h"
 #include "core/check.h"
 #include "data/shard.h"
 
@@ -138,7 +139,15 @@ void check_host_memory(const Config& cfg) {
 
 }  // namespace
 
+void check_device(const Config& cfg) {
+  if (!cfg.run.device.is_cuda()) return;
+  if (const std::string why = cuda_unavailable_reason(); !why.empty())
+    throw Error(fmt::format("{}: {}, but {}: {}", cfg.where("run.device"), cfg.run.device.str(), why,
+                            kNoCudaDeviceHint));
+}
+
 std::vector<std::string> check_run_inputs(const Config& cfg) {
+  check_device(cfg);
   std::vector<std::string> warnings = check_data(cfg);
   if (std::error_code ec; !cfg.train.init_from.empty() && !fs::is_directory(cfg.train.init_from, ec))
     throw Error(fmt::format("{}: '{}' is not a directory; give a run or checkpoint directory (fp8train import "

@@ -154,6 +154,8 @@ void CpuAllocator::release_cached() {
 Allocator& cuda_allocator(int) {
   FP8T_FAIL("this build has no CUDA support: rebuild with -DFP8T_CUDA=ON or set run.device: cpu");
 }
+
+std::string cuda_unavailable_reason() { return "this build has no CUDA support (rebuild with -DFP8T_CUDA=ON)"; }
 #else
 Allocator& cuda_allocator(int index);  // core/cuda_allocator.cpp
 #endif

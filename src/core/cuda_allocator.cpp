@@ -1,6 +1,8 @@
 // Caching device allocator: cudaMalloc'd blocks pooled by rounded size, one instance per device.
 // After the first training step every request is served from the pool, so no step calls cudaMalloc.
 #ifdef FP8T_HAVE_CUDA  // CPU-only builds get the stub in allocator.cpp
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -138,12 +140,24 @@ void gemm_deallocate(void* p, size_t bytes) {
 
 }  // namespace
 
+std::string cuda_unavailable_reason() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it
+    return fmt::format("no CUDA device can be used here ({})", cudaGetErrorString(err));
+  }
+  return count > 0 ? std::string() : "the CUDA runtime sees no device here";
+}
+
 Allocator& cuda_allocator(int index) {
   static std::mutex mu;
   static std::map<int, std::unique_ptr<CudaAllocator>> allocators;
   std::lock_guard lk(mu);
   auto& a = allocators[index];
   if (!a) {
+    const std::string why = cuda_unavailable_reason();
+    FP8T_CHECK(why.empty(), "cuda:{} requested, but {}: {}", index, why, kNoCudaDeviceHint);
     int count = 0;
     CUDA_CHECK(cudaGetDeviceCount(&count));
     FP8T_CHECK(index >= 0 && index < count, "cuda:{} requested but this machine has {} CUDA device(s)", index,

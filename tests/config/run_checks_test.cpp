@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "core/allocator.h"
 #include "core/check.h"
 #include "data/shard.h"
 
@@ -136,4 +137,20 @@ TEST_CASE("run checks: a CPU model larger than host memory is refused before it 
   CHECK_THAT(msg, ContainsSubstring("run.yaml: model: a CPU run") && ContainsSubstring("GiB of host memory") &&
                       ContainsSubstring("lower model.n_layer"));
   CHECK_FALSE(fs::exists(d / "out"));  // refused before the run directory was made
+}
+
+TEST_CASE("run checks: a CUDA run.device without a usable CUDA device names the key and what to do",
+          "[config][run_checks]") {
+  RunDir d;
+  CHECK(error_of(d.config()).empty());  // run.device cpu: no device needed
+  const fp8t::Config c = d.config("", {"run.device=cuda"});
+  if (fp8t::cuda_unavailable_reason().empty())
+    SKIP("this machine has a usable CUDA device: the refusal needs one without");
+  const std::string e = error_of(c);
+  CHECK_THAT(e, ContainsSubstring("run.yaml") && ContainsSubstring("run.device") && ContainsSubstring("cuda:0"));
+  CHECK_THAT(e, ContainsSubstring("--gpus-per-node") && ContainsSubstring("run.device: cpu"));
+  CHECK_THROWS_WITH(fp8t::check_device(c), ContainsSubstring("run.device"));
+  // Code that reaches the CUDA allocator without those checks gets the same reason and advice, not a CUDA error.
+  CHECK_THROWS_WITH(fp8t::allocator_for(fp8t::Device::cuda(0)),
+                    ContainsSubstring("cuda:0 requested, but") && ContainsSubstring("run.device: cpu"));
 }
