@@ -23,6 +23,8 @@ g++ -std=c++20 -O2 -fPIC -shared -I"$inc" tools/timeline/timeline_inject.cpp -L"
   -o "$so"
 T=$(awk '/seq_len:/ {print $2}' "$cfg")
 name=$(basename "$cfg" .yaml)-b$b
+# Runs of one config with different extra args get their own files: a checksum of the args names them.
+[ $# -eq 0 ] || name=$name-$(printf '%s\n' "$@" | cksum | cut -d' ' -f1)
 rm -rf "runs/timeline-$name"
 CUDA_INJECTION64_PATH=$so FP8T_TIMELINE_OUT="$OUT/timeline-$name.csv" \
   "$BIN" train --config "$cfg" --set train.micro_batch="$b" --set train.total_batch_tokens=$((b * T)) \
@@ -30,4 +32,5 @@ CUDA_INJECTION64_PATH=$so FP8T_TIMELINE_OUT="$OUT/timeline-$name.csv" \
   --set run.out_dir="runs/timeline-$name" "$@" > "$OUT/timeline-$name.log" 2>&1 || {
   tail -20 "$OUT/timeline-$name.log"; exit 1; }
 grep -m1 "timeline:" "$OUT/timeline-$name.log" || true
+[ $# -eq 0 ] || echo "timeline-$name: extra args $*"
 python3 "$(dirname "$0")/timeline.py" "$OUT/timeline-$name.csv" 2 | tee "$OUT/timeline-$name.txt"
