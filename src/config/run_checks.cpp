@@ -142,8 +142,7 @@ void check_host_memory(const Config& cfg) {
 void check_device(const Config& cfg) {
   if (!cfg.run.device.is_cuda()) return;
   if (const std::string why = cuda_unavailable_reason(); !why.empty())
-    throw Error(fmt::format("{}: {}, but {}: {}", cfg.where("run.device"), cfg.run.device.str(), why,
-                            kNoCudaDeviceHint));
+    throw Error(fmt::format("{}: {}, but {}", cfg.where("run.device"), cfg.run.device.str(), why));
 }
 
 std::vector<std::string> check_run_inputs(const Config& cfg) {

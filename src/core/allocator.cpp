@@ -151,11 +151,11 @@ void CpuAllocator::release_cached() {
 }
 
 #ifndef FP8T_HAVE_CUDA
-Allocator& cuda_allocator(int) {
-  FP8T_FAIL("this build has no CUDA support: rebuild with -DFP8T_CUDA=ON or set run.device: cpu");
+std::string cuda_unavailable_reason() {
+  return "this build has no CUDA support: rebuild with -DFP8T_CUDA=ON, or set run.device: cpu";
 }
 
-std::string cuda_unavailable_reason() { return "this build has no CUDA support (rebuild with -DFP8T_CUDA=ON)"; }
+Allocator& cuda_allocator(int index) { FP8T_FAIL("cuda:{} requested, but {}", index, cuda_unavailable_reason()); }
 #else
 Allocator& cuda_allocator(int index);  // core/cuda_allocator.cpp
 #endif

@@ -99,11 +99,8 @@ class CpuAllocator final : public Allocator {
 Allocator& allocator_for(Device d);
 
 // Empty when this process can use at least one CUDA device; else why not (no CUDA in this build, no driver, no
-// device visible), for an error that also says what to do (kNoCudaDeviceHint).
+// device visible) and what to do, for an error message.
 std::string cuda_unavailable_reason();
-inline constexpr const char* kNoCudaDeviceHint =
-    "run where an NVIDIA GPU and its driver are visible (nvidia-smi lists it; under Slurm, request one, e.g. "
-    "--gpus-per-node=1), or set run.device: cpu";
 
 // Rounded block size used by the pools (1 KiB granularity under 1 MiB, 2 MiB above).
 size_t round_block_size(size_t bytes);

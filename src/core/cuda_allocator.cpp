@@ -141,13 +141,15 @@ void gemm_deallocate(void* p, size_t bytes) {
 }  // namespace
 
 std::string cuda_unavailable_reason() {
+  constexpr const char* kAdvice = "run where an NVIDIA GPU and its driver are visible (nvidia-smi lists it; under "
+                                  "Slurm, request one, e.g. --gpus-per-node=1), or set run.device: cpu";
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();  // not sticky: clear it
-    return fmt::format("no CUDA device can be used here ({})", cudaGetErrorString(err));
+    return fmt::format("no CUDA device can be used here ({}): {}", cudaGetErrorString(err), kAdvice);
   }
-  return count > 0 ? std::string() : "the CUDA runtime sees no device here";
+  return count > 0 ? std::string() : fmt::format("the CUDA runtime sees no device here: {}", kAdvice);
 }
 
 Allocator& cuda_allocator(int index) {
@@ -157,7 +159,7 @@ Allocator& cuda_allocator(int index) {
   auto& a = allocators[index];
   if (!a) {
     const std::string why = cuda_unavailable_reason();
-    FP8T_CHECK(why.empty(), "cuda:{} requested, but {}: {}", index, why, kNoCudaDeviceHint);
+    FP8T_CHECK(why.empty(), "cuda:{} requested, but {}", index, why);
     int count = 0;
     CUDA_CHECK(cudaGetDeviceCount(&count));
     FP8T_CHECK(index >= 0 && index < count, "cuda:{} requested but this machine has {} CUDA device(s)", index,
