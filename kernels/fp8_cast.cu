@@ -1,11 +1,12 @@
 // FP8 cast kernels (plain and with transpose). The casts are memory-bound (2 or 4 bytes read and 1 or 2
 // written per element): 16-byte loads, codes packed into 8- and 16-byte stores, the transpose staged through
-// shared memory. The amax pass, the device scale update and the dequantize are in kernels/fp8_amax.cu.
+// shared memory. The amax pass, the device scale update and the dequantize are in kernels/fp8_amax.cu; the pair
+// cast (two transposed outputs from one pass) in kernels/fp8_cast_pair.cu; the shared tile code in fp8_cast_tile.cuh.
 #include <cstring>
 #include <type_traits>
 
 #include "core/launch_limits.h"
-#include "kernels/fp8_cast_common.cuh"
+#include "kernels/fp8_cast_tile.cuh"
 
 namespace fp8t::kernels {
 namespace {
@@ -46,82 +47,6 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(const T* __restrict__ in
     out[i] = to_fp8<F>(v);
   }
   flush_stats(st, stats);
-}
-
-// Cast + transpose. A block converts a (kTileRows, kTileCols) tile of in (rows, cols); thread t takes
-// the (4, 8) block at tile rows 4 * (t / 8) + j, tile cols 8 * (t % 8) + e, so a warp's 16-byte loads
-// cover four 128-byte row segments. The row-major codes go straight to out (8-byte stores); the
-// thread's 8 columns of 4 codes are transposed in registers into 8 words and staged in shared memory
-// as 16-byte chunks (16 rows of one column), which become 16-byte stores to out_t, a warp writing
-// four full 128-byte row segments. With stats.colsum, the thread's 8 column sums over its 4 rows are
-// reduced across the 4 threads of a warp that share its columns (shuffles), then across the 8 warps
-// (shared memory), and the first 64 threads add the tile's column sums with one atomic each.
-constexpr int kTileRows = 128, kTileCols = 64;
-constexpr int kChunks = kTileRows / 16;  // 16-byte chunks per tile column
-static_assert(kTileRows == 4 * (kThreads / (kTileCols / 8)) && kChunks == 8, "thread blocks must tile the tile");
-
-// Slot of chunk q of tile column c. XOR-swizzling q with c / 8 keeps both shared accesses free of bank
-// conflicts: a warp's word stores (thread t % 8 = c / 8 writes word (t / 8) % 4 of chunk w, w the warp)
-// land in 32 distinct banks, and 8 threads reading the 8 chunks of one column read 128 distinct bytes.
-__device__ __forceinline__ int chunk_slot(int c, int q) { return c * kChunks + (q ^ ((c / 8) % kChunks)); }
-
-// The saved prologues' pre over a thread's (4, 8) block on the 16-byte path: row j's 8 E4M3 codes of ops.pre_codes
-// (one 8-byte load) and its ops.row_scale_inv, zero outside the matrix (pre = +0 there).
-struct SavedPre {
-  uint2 codes[4];      // (4, 8): row j's columns 0-3 in .x, 4-7 in .y
-  float scale_inv[4];  // (4): row j's ops.row_scale_inv
-  // Issues row j's loads: row r, columns c .. c + 7, all inside or none.
-  __device__ __forceinline__ void load(int j, bool inside, int64_t r, int64_t c, int64_t cols,
-                                       const Fp8CastOperands& ops) {
-    codes[j] = inside ? *reinterpret_cast<const uint2*>(ops.pre_codes + r * cols + c) : make_uint2(0, 0);
-    scale_inv[j] = inside ? ops.row_scale_inv[r] : 0.0f;
-  }
-  // pre at row j, column e, as the unfused kernels read it (dequantized to bf16).
-  __device__ __forceinline__ float value(int j, int e) const {
-    return __bfloat162float(
-        dequant_bf16<Fp8Format::e4m3>(byte_of(e < 4 ? codes[j].x : codes[j].y, e % 4), scale_inv[j]));
-  }
-};
-
-// Stages a thread's (4, 8) block of codes transposed in s_t: column e's word holds rows 4 * ty + 0..3, low byte
-// first (a 4x4 byte transpose per half). The tile's chunks are then stored by store_transposed after a barrier.
-__device__ __forceinline__ void stage_transposed(uint4* s_t, const uint2 (&codes)[4], int tx, int ty) {
-  uint32_t* s_words = reinterpret_cast<uint32_t*>(s_t);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t a = h ? codes[0].y : codes[0].x, b = h ? codes[1].y : codes[1].x;
-    const uint32_t cc = h ? codes[2].y : codes[2].x, d = h ? codes[3].y : codes[3].x;
-    const uint32_t ab01 = __byte_perm(a, b, 0x5140), ab23 = __byte_perm(a, b, 0x7362);  // a0 b0 a1 b1, a2 b2 a3 b3
-    const uint32_t cd01 = __byte_perm(cc, d, 0x5140), cd23 = __byte_perm(cc, d, 0x7362);
-    const uint32_t col[4] = {__byte_perm(ab01, cd01, 0x5410), __byte_perm(ab01, cd01, 0x7632),
-                             __byte_perm(ab23, cd23, 0x5410), __byte_perm(ab23, cd23, 0x7632)};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s_words[chunk_slot(8 * tx + 4 * h + e, ty / 4) * 4 + ty % 4] = col[e];
-  }
-}
-
-// The staged tile (rows r0.., columns c0..) into out_t (cols, rows): 16-byte stores where vec_t and the chunk is
-// whole, else byte by byte.
-__device__ __forceinline__ void store_transposed(const uint4* s_t, uint8_t* out_t, int64_t r0, int64_t c0,
-                                                 int64_t rows, int64_t cols, bool vec_t) {
-#pragma unroll
-  for (int p = 0; p < kTileCols * kChunks / kThreads; ++p) {
-    const int idx = p * kThreads + threadIdx.x, tc = idx / kChunks, q = idx % kChunks;
-    const int64_t oc = c0 + tc, orow = r0 + 16 * q;  // out_t row (a column of in) and its first column
-    if (oc < cols && orow < rows) {
-      const uint4 chunk = s_t[chunk_slot(tc, q)];
-      uint8_t* dst = out_t + oc * rows + orow;
-      if (vec_t && orow + 16 <= rows) {
-        *reinterpret_cast<uint4*>(dst) = chunk;
-      } else {
-        uint8_t bytes[16];
-        memcpy(bytes, &chunk, 16);
-#pragma unroll
-        for (int b = 0; b < 16; ++b)
-          if (orow + b < rows) dst[b] = bytes[b];
-      }
-    }
-  }
 }
 
 // kVec: cols % 8 == 0, in (and ops.pre, ops.w, ops.b where read) 16-byte aligned, out (if any) 8-byte aligned. vec_t:
@@ -304,91 +229,9 @@ __global__ void __launch_bounds__(kThreads)
   flush_stats(st, stats);
 }
 
-// fp8_all's two backward casts over the MLP's saved GELU input in one pass over pre's codes (fp8_cast_saved_gelu_pair):
-// the saved_dgelu cast of in (F, out and out_t, statistics, column sums) and the saved_gelu cast's transposed codes
-// (E4M3, gelu_t, scale *gelu_scale_ptr, no statistics), each value computed as those casts compute it, so each
-// output is theirs bit for bit; gelu and gelu' share their exp. The 16-byte path only (kVec's conditions, out_t and
-// gelu_t 16-byte aligned).
-template <Fp8Format F, bool kColsum>
-__global__ void __launch_bounds__(kThreads)
-    saved_gelu_pair_kernel(const bf16* __restrict__ in, uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
-                           uint8_t* __restrict__ gelu_t, int64_t rows, int64_t cols, bool vec_t,
-                           const float* __restrict__ scale_ptr, const float* __restrict__ gelu_scale_ptr,
-                           Fp8CastOutputs stats, Fp8CastOperands ops) {
-  __shared__ uint4 s_t[kTileCols * kChunks], s_g[kTileCols * kChunks];
-  __shared__ float s_colsum[kThreads / 32][kTileCols];
-  const float scale = *scale_ptr, gelu_scale = *gelu_scale_ptr;
-  const int64_t r0 = int64_t{blockIdx.y} * kTileRows, c0 = int64_t{blockIdx.x} * kTileCols;
-  const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
-  const int64_t c = c0 + 8 * tx;
-
-  ThreadStats st, gelu_st;  // gelu_st is not flushed: the forward's cast recorded those statistics
-  uint2 codes[4], gelu_codes[4];
-  float col_sum[8] = {};
-  uint4 dq[4];
-  SavedPre pre;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int64_t r = r0 + 4 * ty + j;
-    const bool inside = r < rows && c < cols;
-    dq[j] = inside ? *reinterpret_cast<const uint4*>(in + r * cols + c) : make_uint4(0, 0, 0, 0);
-    pre.load(j, inside, r, c, cols, ops);
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t dw[4] = {dq[j].x, dq[j].y, dq[j].z, dq[j].w};
-    float x[8], g[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const uint32_t d = e % 2 ? dw[e / 2] & 0xFFFF0000u : dw[e / 2] << 16;
-      const float p = pre.value(j, e);
-      x[e] = dgelu_value_bf16(__uint_as_float(d), p);
-      g[e] = __bfloat162float(__float2bfloat16_rn(gelu(p)));
-    }
-    codes[j] = convert8<F>(x, scale, st);
-    gelu_codes[j] = convert8<Fp8Format::e4m3>(g, gelu_scale, gelu_st);
-    if constexpr (kColsum) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) col_sum[e] += x[e];
-    }
-  }
-  if constexpr (kColsum) {  // as cast_transpose_kernel's
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      col_sum[e] += __shfl_xor_sync(0xffffffffu, col_sum[e], 8);
-      col_sum[e] += __shfl_xor_sync(0xffffffffu, col_sum[e], 16);
-    }
-    if (threadIdx.x % 32 < 8) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) s_colsum[threadIdx.x / 32][8 * tx + e] = col_sum[e];
-    }
-  }
-  if (out) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t r = r0 + 4 * ty + j;
-      if (r < rows && c < cols) *reinterpret_cast<uint2*>(out + r * cols + c) = codes[j];
-    }
-  }
-  if (out_t) stage_transposed(s_t, codes, tx, ty);
-  stage_transposed(s_g, gelu_codes, tx, ty);
-  __syncthreads();
-  if (kColsum && threadIdx.x < kTileCols && c0 + threadIdx.x < cols) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) sum += s_colsum[w][threadIdx.x];
-    atomicAdd(stats.colsum + c0 + threadIdx.x, sum);
-  }
-  if (out_t) store_transposed(s_t, out_t, r0, c0, rows, cols, vec_t);
-  store_transposed(s_g, gelu_t, r0, c0, rows, cols, vec_t);
-  flush_stats(st, stats);
-}
-
 int blocks_for(int64_t items, int64_t per_block) {
   return static_cast<int>(std::clamp<int64_t>((items + per_block - 1) / per_block, 1, int64_t{1} << 20));
 }
-
-bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0; }
 
 // The flat cast does not know columns, so a cast that sums them takes the tiled kernel even without
 // out_t; so does a cast with a prologue (the layernorm one needs columns too; one kernel variant fewer
@@ -481,32 +324,6 @@ void fp8_cast(const void* in, DType in_dtype, int64_t rows, int64_t cols, uint8_
     dispatch_format(static_cast<const float*>(in), rows, cols, out, out_t, format, scale, stats, input, ops, stream);
   else
     FP8T_FAIL("fp8_cast: input must be bf16 or f32, got {}", dtype_name(in_dtype));
-}
-
-bool fp8_saved_gelu_pair_supported(const bf16* in, int64_t rows, int64_t cols, const uint8_t* out,
-                                   const uint8_t* out_t, const uint8_t* gelu_t, const Fp8CastOperands& ops) {
-  return rows > 0 && cols > 0 && cols % 8 == 0 && rows % 16 == 0 && aligned16(in) && (!out || aligned8(out)) &&
-         (!out_t || aligned16(out_t)) && aligned16(gelu_t) && aligned8(ops.pre_codes);
-}
-
-void fp8_cast_saved_gelu_pair(const bf16* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t* out_t,
-                              uint8_t* gelu_t, Fp8Format format, const float* scale, const float* gelu_scale,
-                              Fp8CastOutputs stats, const Fp8CastOperands& ops, cudaStream_t stream) {
-  FP8T_CHECK(scale && gelu_scale && gelu_t && ops.pre_codes && ops.row_scale_inv,
-             "fp8_cast_saved_gelu_pair: needs both scales, gelu_t, pre_codes and row_scale_inv");
-  FP8T_CHECK(fp8_saved_gelu_pair_supported(in, rows, cols, out, out_t, gelu_t, ops),
-             "fp8_cast_saved_gelu_pair: needs rows ({}) % 16 == 0, cols ({}) % 8 == 0 and aligned buffers "
-             "(fp8_saved_gelu_pair_supported)", rows, cols);
-  const dim3 grid(checked_grid(ceil_div64(cols, kTileCols), kMaxGridX, "fp8_cast_saved_gelu_pair", "cols (64 per tile)"),
-                  checked_grid(ceil_div64(rows, kTileRows), kMaxGridYZ, "fp8_cast_saved_gelu_pair",
-                               "rows (128 per tile)"));
-  auto kernel = format == Fp8Format::e4m3
-                    ? (stats.colsum ? saved_gelu_pair_kernel<Fp8Format::e4m3, true>
-                                    : saved_gelu_pair_kernel<Fp8Format::e4m3, false>)
-                    : (stats.colsum ? saved_gelu_pair_kernel<Fp8Format::e5m2, true>
-                                    : saved_gelu_pair_kernel<Fp8Format::e5m2, false>);
-  kernel<<<grid, kThreads, 0, stream>>>(in, out, out_t, gelu_t, rows, cols, true, scale, gelu_scale, stats, ops);
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace fp8t::kernels

@@ -1,0 +1,87 @@
+// The tile machinery the tiled FP8 casts share (kernels/fp8_cast.cu, kernels/fp8_cast_pair.cu): the tile shape,
+// the saved prologues' per-row codes, and the transposed codes staged through shared memory.
+#pragma once
+#include "kernels/fp8_cast_common.cuh"
+
+namespace fp8t::kernels {
+namespace {
+// Cast + transpose. A block converts a (kTileRows, kTileCols) tile of in (rows, cols); thread t takes
+// the (4, 8) block at tile rows 4 * (t / 8) + j, tile cols 8 * (t % 8) + e, so a warp's 16-byte loads
+// cover four 128-byte row segments. The row-major codes go straight to out (8-byte stores); the
+// thread's 8 columns of 4 codes are transposed in registers into 8 words and staged in shared memory
+// as 16-byte chunks (16 rows of one column), which become 16-byte stores to out_t, a warp writing
+// four full 128-byte row segments. With stats.colsum, the thread's 8 column sums over its 4 rows are
+// reduced across the 4 threads of a warp that share its columns (shuffles), then across the 8 warps
+// (shared memory), and the first 64 threads add the tile's column sums with one atomic each.
+constexpr int kTileRows = 128, kTileCols = 64;
+constexpr int kChunks = kTileRows / 16;  // 16-byte chunks per tile column
+static_assert(kTileRows == 4 * (kThreads / (kTileCols / 8)) && kChunks == 8, "thread blocks must tile the tile");
+
+// Slot of chunk q of tile column c. XOR-swizzling q with c / 8 keeps both shared accesses free of bank
+// conflicts: a warp's word stores (thread t % 8 = c / 8 writes word (t / 8) % 4 of chunk w, w the warp)
+// land in 32 distinct banks, and 8 threads reading the 8 chunks of one column read 128 distinct bytes.
+__device__ __forceinline__ int chunk_slot(int c, int q) { return c * kChunks + (q ^ ((c / 8) % kChunks)); }
+
+// The saved prologues' pre over a thread's (4, 8) block on the 16-byte path: row j's 8 E4M3 codes of ops.pre_codes
+// (one 8-byte load) and its ops.row_scale_inv, zero outside the matrix (pre = +0 there).
+struct SavedPre {
+  uint2 codes[4];      // (4, 8): row j's columns 0-3 in .x, 4-7 in .y
+  float scale_inv[4];  // (4): row j's ops.row_scale_inv
+  // Issues row j's loads: row r, columns c .. c + 7, all inside or none.
+  __device__ __forceinline__ void load(int j, bool inside, int64_t r, int64_t c, int64_t cols,
+                                       const Fp8CastOperands& ops) {
+    codes[j] = inside ? *reinterpret_cast<const uint2*>(ops.pre_codes + r * cols + c) : make_uint2(0, 0);
+    scale_inv[j] = inside ? ops.row_scale_inv[r] : 0.0f;
+  }
+  // pre at row j, column e, as the unfused kernels read it (dequantized to bf16).
+  __device__ __forceinline__ float value(int j, int e) const {
+    return __bfloat162float(
+        dequant_bf16<Fp8Format::e4m3>(byte_of(e < 4 ? codes[j].x : codes[j].y, e % 4), scale_inv[j]));
+  }
+};
+
+// Stages a thread's (4, 8) block of codes transposed in s_t: column e's word holds rows 4 * ty + 0..3, low byte
+// first (a 4x4 byte transpose per half). The tile's chunks are then stored by store_transposed after a barrier.
+__device__ __forceinline__ void stage_transposed(uint4* s_t, const uint2 (&codes)[4], int tx, int ty) {
+  uint32_t* s_words = reinterpret_cast<uint32_t*>(s_t);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t a = h ? codes[0].y : codes[0].x, b = h ? codes[1].y : codes[1].x;
+    const uint32_t cc = h ? codes[2].y : codes[2].x, d = h ? codes[3].y : codes[3].x;
+    const uint32_t ab01 = __byte_perm(a, b, 0x5140), ab23 = __byte_perm(a, b, 0x7362);  // a0 b0 a1 b1, a2 b2 a3 b3
+    const uint32_t cd01 = __byte_perm(cc, d, 0x5140), cd23 = __byte_perm(cc, d, 0x7362);
+    const uint32_t col[4] = {__byte_perm(ab01, cd01, 0x5410), __byte_perm(ab01, cd01, 0x7632),
+                             __byte_perm(ab23, cd23, 0x5410), __byte_perm(ab23, cd23, 0x7632)};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s_words[chunk_slot(8 * tx + 4 * h + e, ty / 4) * 4 + ty % 4] = col[e];
+  }
+}
+
+// The staged tile (rows r0.., columns c0..) into out_t (cols, rows): 16-byte stores where vec_t and the chunk is
+// whole, else byte by byte.
+__device__ __forceinline__ void store_transposed(const uint4* s_t, uint8_t* out_t, int64_t r0, int64_t c0,
+                                                 int64_t rows, int64_t cols, bool vec_t) {
+#pragma unroll
+  for (int p = 0; p < kTileCols * kChunks / kThreads; ++p) {
+    const int idx = p * kThreads + threadIdx.x, tc = idx / kChunks, q = idx % kChunks;
+    const int64_t oc = c0 + tc, orow = r0 + 16 * q;  // out_t row (a column of in) and its first column
+    if (oc < cols && orow < rows) {
+      const uint4 chunk = s_t[chunk_slot(tc, q)];
+      uint8_t* dst = out_t + oc * rows + orow;
+      if (vec_t && orow + 16 <= rows) {
+        *reinterpret_cast<uint4*>(dst) = chunk;
+      } else {
+        uint8_t bytes[16];
+        memcpy(bytes, &chunk, 16);
+#pragma unroll
+        for (int b = 0; b < 16; ++b)
+          if (orow + b < rows) dst[b] = bytes[b];
+      }
+    }
+  }
+}
+
+bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0; }
+
+}  // namespace
+}  // namespace fp8t::kernels
