@@ -2,11 +2,12 @@
 // path with C <= 4096 the backward is one kernel (dinp and the dw/db column sums); otherwise dw/db are column
 // sums over row chunks, reduced in shared memory and added with one atomic per column per chunk. The
 // statistics alone (layernorm_stats) for the FP8 cast that applies the normalization itself
-// (kernels/fp8_cast.cuh).
+// (kernels/fp8_cast.cuh). The one-pass backward can also write the output's transposed FP8 codes (LayerNormCodesT).
 
 #include "core/launch_limits.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/device_facts.cuh"
+#include "kernels/fp8_codec.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/layernorm_math.cuh"
 
@@ -249,12 +250,16 @@ __global__ void layernorm_backward_dwdb_kernel(float* dw, float* db, const bf16*
 // 256 kChunks). Block: 8 warps; row group g (rows 8 g .. 8 g + 7, one per warp) for g = blockIdx.x, + gridDim.x,
 // ...; every warp runs every group (a row past N adds zeros), so the block's barriers line up. Per 256-column
 // chunk, each warp's dw, db terms go through shared memory and thread t adds column 256 k + t over the 8 rows
-// into registers; one atomic per column per block at the end.
-template <int kChunks>
+// into registers; one atomic per column per block at the end. kCodes (with F; needs N % 8 == 0): each warp also
+// encodes its row's LayerNorm output, staged in shared memory, and thread t stores column 256 k + t's 8 codes of
+// the group as one 8-byte word of codes_t.
+template <int kChunks, bool kCodes, Fp8Format F>
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
     layernorm_backward_fused_kernel(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
-                                    const float* mean, const float* rstd, int64_t N, int C) {
+                                    const float* mean, const float* rstd, int64_t N, int C, LayerNormCodesT codes) {
   __shared__ __align__(16) float s_w[kRowsPerBlock][256], s_b[kRowsPerBlock][256];
+  __shared__ __align__(16) uint8_t s_codes[kCodes ? kRowsPerBlock : 1][256];
+  const float code_scale = kCodes ? *codes.scale : 0.0f;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float acc_w[kChunks] = {}, acc_b[kChunks] = {};  // columns 256 k + threadIdx.x
   const int64_t groups = (N + kRowsPerBlock - 1) / kRowsPerBlock;
@@ -295,6 +300,13 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
         load8<true>(dx, c0, C, acc);
         add_dinp(acc, xv, dv, wv, m, s, dnorm_mean, dnorm_norm_mean);
         store8<true>(dx, c0, C, acc);
+        if constexpr (kCodes) {  // the value the LayerNorm cast reads (kernels/layernorm_math.cuh), times its scale
+          float bv[8], y[8];
+          load8<true>(codes.b, c0, C, bv);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(layernorm_value_bf16(xv[i], m, s, wv[i], bv[i]), code_scale);
+          *reinterpret_cast<uint2*>(&s_codes[warp][lane * 8]) = to_fp8x8<F>(y);
+        }
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           cw[i] = dv[i] * ((xv[i] - m) * s);  // dy * norm
@@ -312,6 +324,15 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
       for (int r = 0; r < kRowsPerBlock; ++r) {
         acc_w[k] += s_w[r][threadIdx.x];
         acc_b[k] += s_b[r][threadIdx.x];
+      }
+      if constexpr (kCodes) {  // rows 8 grp .. 8 grp + 7 of column c: one 8-byte word of codes_t, row 8 grp first
+        const int c = k * 256 + threadIdx.x;
+        if (c < C) {
+          uint64_t word = 0;
+#pragma unroll
+          for (int r = 0; r < kRowsPerBlock; ++r) word |= uint64_t{s_codes[r][threadIdx.x]} << (8 * r);
+          *reinterpret_cast<uint64_t*>(codes.codes_t + int64_t{c} * N + grp * kRowsPerBlock) = word;
+        }
       }
       __syncthreads();  // the chunk's terms are read before the next chunk's overwrite them
     }
@@ -376,9 +397,21 @@ void add_layernorm_stats(bf16* out, float* mean, float* rstd, const bf16* a, con
   CUDA_CHECK_LAUNCH();
 }
 
+bool layernorm_backward_codes_supported(const bf16* dinp, const bf16* dout, const bf16* inp, const bf16* w,
+                                        const bf16* b, const uint8_t* codes_t, int64_t N, int C) {
+  return N > 0 && N % kRowsPerBlock == 0 && C > 0 && C % 8 == 0 && C <= 256 * 16 && aligned16(dinp) &&
+         aligned16(dout) && aligned16(inp) && aligned16(w) && aligned16(b) &&
+         (reinterpret_cast<uintptr_t>(codes_t) & 7u) == 0;
+}
+
 void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
-                        const float* mean, const float* rstd, int64_t N, int C, cudaStream_t stream) {
+                        const float* mean, const float* rstd, int64_t N, int C, cudaStream_t stream,
+                        const LayerNormCodesT& codes) {
   FP8T_CHECK(N > 0 && C > 0, "layernorm_backward: bad sizes N={} C={}", N, C);
+  FP8T_CHECK(!codes.codes_t || (codes.scale && codes.b &&
+                                layernorm_backward_codes_supported(dinp, dout, inp, w, codes.b, codes.codes_t, N, C)),
+             "layernorm_backward: the output's codes need a scale, the bias and layernorm_backward_codes_supported "
+             "(N {} % 8 == 0, C {} % 8 == 0 and <= 4096, aligned buffers)", N, C);
   const bool vec = C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
   const unsigned blocks = row_blocks(N, "layernorm_backward");
   const int threads = 32 * kRowsPerBlock;
@@ -386,20 +419,24 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
   if (vec && C <= 256 * 16) {
     const int slots = 3 * sm_count();  // a few blocks per SM: row groups loop, and the column atomics stay few
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, slots));
-    auto launch = [&](auto kernel) {
-      kernel<<<grid, threads, 0, stream>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    auto launch = [&]<int kChunks>() {
+      constexpr auto e4m3 = Fp8Format::e4m3, e5m2 = Fp8Format::e5m2;
+      auto kernel = !codes.codes_t                  ? layernorm_backward_fused_kernel<kChunks, false, e4m3>
+                    : codes.format == e4m3 ? layernorm_backward_fused_kernel<kChunks, true, e4m3>
+                                           : layernorm_backward_fused_kernel<kChunks, true, e5m2>;
+      kernel<<<grid, threads, 0, stream>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, codes);
       CUDA_CHECK_LAUNCH();
     };
     if (C <= 256)
-      launch(layernorm_backward_fused_kernel<1>);
+      launch.template operator()<1>();
     else if (C <= 512)
-      launch(layernorm_backward_fused_kernel<2>);
+      launch.template operator()<2>();
     else if (C <= 1024)
-      launch(layernorm_backward_fused_kernel<4>);
+      launch.template operator()<4>();
     else if (C <= 2048)
-      launch(layernorm_backward_fused_kernel<8>);
+      launch.template operator()<8>();
     else
-      launch(layernorm_backward_fused_kernel<16>);
+      launch.template operator()<16>();
     return;
   }
   if (vec)
