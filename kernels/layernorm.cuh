@@ -35,8 +35,8 @@ struct LayerNormCodesT {
 void layernorm_backward(__nv_bfloat16* dinp, float* dw, float* db, const __nv_bfloat16* dout,
                         const __nv_bfloat16* inp, const __nv_bfloat16* w, const float* mean, const float* rstd,
                         int64_t N, int C, cudaStream_t stream, const LayerNormCodesT& codes = {});
-// The one-pass backward's conditions (C % 8 == 0 and C <= 4096, 16-byte aligned rows and vectors), N % 8 == 0 (whole
-// groups of 8 rows: 8-byte stores of codes_t) and codes_t 8-byte aligned.
+// Whether layernorm_backward can write codes_t: N % 32 == 0 (a block takes 32 rows, a 32-byte sector of each
+// column), C % 8 == 0 and C <= 4096 (one pass), every buffer 16-byte aligned.
 bool layernorm_backward_codes_supported(const __nv_bfloat16* dinp, const __nv_bfloat16* dout,
                                         const __nv_bfloat16* inp, const __nv_bfloat16* w, const __nv_bfloat16* b,
                                         const uint8_t* codes_t, int64_t N, int C);

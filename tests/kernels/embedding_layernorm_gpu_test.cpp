@@ -1,5 +1,6 @@
 // Embedding and LayerNorm kernels against the CPU reference (bf16 activations, f32 gradients).
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <tuple>
 
@@ -86,9 +87,10 @@ TEST_CASE("layernorm backward writing the output's FP8 codes: the LayerNorm cast
   // The transposed codes must be fp8_cast's with the layernorm prologue, bit for bit (fp8_all's wgrad reads them in
   // its place), over codes_t poisoned first; dinp must be the plain backward's bits and dw, db within reordered f32
   // sums. A scale of 96 saturates some E4M3 codes (|y| > 4.67); E5M2 reaches 57344. C = 1600: a partial last chunk
-  // of 256 columns; 4096: the one-pass kernel's largest C; N = 8: one row group.
+  // of 256 columns; 4096: the one-pass kernel's largest C; N = 32: one row group; N = 16384: groups looping.
   using kernels::Fp8CastInput;
-  for (auto [N, C] : {std::pair<int64_t, int64_t>{8, 32}, {1024, 768}, {336, 1600}, {40, 2056}, {16, 4096}}) {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{32, 32}, {1024, 768}, {352, 1600}, {64, 2056}, {32, 4096},
+                      {16384, 1600}}) {
     for (Fp8Format format : {Fp8Format::e4m3, Fp8Format::e5m2}) {
       INFO("N " << N << " C " << C << " e5m2 " << (format == Fp8Format::e5m2));
       auto x = round_bf16(randn(N * C, 3.0f));
@@ -132,15 +134,22 @@ TEST_CASE("layernorm backward writing the output's FP8 codes: the LayerNorm cast
       CHECK(reordered_mismatches(download(db), download(ref_db)) == 0);
     }
   }
-  // Rows not in whole groups of 8, or C past the one-pass kernel: not supported (the caller casts instead), and
+  // Rows not in whole groups of 32, or C past the one-pass kernel: not supported (the caller casts instead), and
   // asking anyway is an error naming the condition.
-  Tensor x = upload(randn(12 * 64), {12, 64}, DType::bf16), w = upload(randn(64), {64}, DType::bf16);
-  Tensor codes_t = poisoned({64, 12}, DType::e4m3);
+  Tensor x = upload(randn(16 * 64), {16, 64}, DType::bf16), w = upload(randn(64), {64}, DType::bf16);
+  Tensor codes_t = poisoned({64, 16}, DType::e4m3), scale = upload({1.0f}, {1}, DType::f32);
+  Tensor dw = poisoned({64}, DType::f32), stats = poisoned({16}, DType::f32);
   const auto bf = [](const Tensor& t) { return t.data<__nv_bfloat16>(); };
-  CHECK_FALSE(kernels::layernorm_backward_codes_supported(bf(x), bf(x), bf(x), bf(w), bf(w), codes_t.data<uint8_t>(),
-                                                          12, 64));
-  CHECK_FALSE(kernels::layernorm_backward_codes_supported(bf(x), bf(x), bf(x), bf(w), bf(w), codes_t.data<uint8_t>(),
-                                                          8, 4104));
+  uint8_t* ct = codes_t.data<uint8_t>();
+  CHECK(kernels::layernorm_backward_codes_supported(bf(x), bf(x), bf(x), bf(w), bf(w), ct, 32, 32));
+  CHECK_FALSE(kernels::layernorm_backward_codes_supported(bf(x), bf(x), bf(x), bf(w), bf(w), ct, 16, 64));
+  CHECK_FALSE(kernels::layernorm_backward_codes_supported(bf(x), bf(x), bf(x), bf(w), bf(w), ct, 32, 4104));
+  CHECK_FALSE(kernels::layernorm_backward_codes_supported(bf(x), bf(x), bf(x), bf(w), bf(w), ct + 8, 32, 32));
+  CHECK_THROWS_WITH(kernels::layernorm_backward(bf(x), dw.data<float>(), dw.data<float>(), bf(x), bf(x), bf(w),
+                                                stats.data<float>(), stats.data<float>(), 16, 64,
+                                                kernels::compute_stream(),
+                                                kernels::LayerNormCodesT{ct, scale.data<float>(), bf(w)}),
+                    Catch::Matchers::ContainsSubstring("N 16 % 32 == 0"));
 }
 
 TEST_CASE("add with LayerNorm statistics equals add then layernorm_stats bit for bit", "[gpu][layernorm]") {
