@@ -2,13 +2,11 @@
 // path with C <= 4096 the backward is one kernel (dinp and the dw/db column sums); otherwise dw/db are column
 // sums over row chunks, reduced in shared memory and added with one atomic per column per chunk. The
 // statistics alone (layernorm_stats) for the FP8 cast that applies the normalization itself
-// (kernels/fp8_cast.cuh). With the output's transposed FP8 codes (LayerNormCodesT) the backward is a variant of
-// the one-pass kernel that takes 32 rows per block, so that each column's codes are one 32-byte sector.
+// (kernels/fp8_cast.cuh).
 
 #include "core/launch_limits.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/device_facts.cuh"
-#include "kernels/fp8_codec.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/layernorm_math.cuh"
 
@@ -327,108 +325,6 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   }
 }
 
-// layernorm_backward_fused_kernel's dinp (the same bits) and dw, db (summed in another order), plus the LayerNorm
-// output's transposed codes (LayerNormCodesT; N % 32 == 0). Warp w of a block takes rows 32 g + 4 w .. 32 g + 4 w + 3
-// of row group g (g = blockIdx.x, + gridDim.x, ...): per 256-column chunk it encodes its rows' outputs into
-// s_codes, and after the barrier thread t stores column 256 k + t's 32 codes of the group as two 16-byte words (one
-// whole sector of codes_t; with 8 rows per block each column got a quarter sector per store).
-constexpr int kCodeRowsPerWarp = 4, kCodeRows = kCodeRowsPerWarp * kRowsPerBlock;
-
-template <int kChunks, Fp8Format F>
-__global__ void __launch_bounds__(32 * kRowsPerBlock)
-    layernorm_backward_codes_kernel(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
-                                    const float* mean, const float* rstd, int64_t N, int C, LayerNormCodesT codes) {
-  __shared__ __align__(16) float s_w[kRowsPerBlock][256], s_b[kRowsPerBlock][256];
-  __shared__ __align__(16) uint8_t s_codes[kCodeRows][256];
-  const float code_scale = *codes.scale;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float acc_w[kChunks] = {}, acc_b[kChunks] = {};  // columns 256 k + threadIdx.x
-  const int64_t groups = N / kCodeRows;
-  for (int64_t grp = blockIdx.x; grp < groups; grp += gridDim.x) {
-    const int64_t row0 = grp * kCodeRows + warp * kCodeRowsPerWarp;
-    float m[kCodeRowsPerWarp], s[kCodeRowsPerWarp], dnorm_mean[kCodeRowsPerWarp], dnorm_norm_mean[kCodeRowsPerWarp];
-#pragma unroll
-    for (int j = 0; j < kCodeRowsPerWarp; ++j) {  // as the one-pass kernel's row sums, row by row
-      const int64_t row = row0 + j;
-      m[j] = mean[row];
-      s[j] = rstd[row];
-      float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kChunks; ++k) {
-        const int c0 = k * 256 + lane * 8;
-        if (c0 >= C) break;
-        float xv[8], dv[8], wv[8];
-        load8<true>(inp + row * C, c0, C, xv);
-        load8<true>(dout + row * C, c0, C, dv);
-        load8<true>(w, c0, C, wv);
-        add_dnorm_sums(xv, dv, wv, m[j], s[j], dnorm_sum, dnorm_norm_sum);
-      }
-      dnorm_mean[j] = warp_sum(dnorm_sum) / C;
-      dnorm_norm_mean[j] = warp_sum(dnorm_norm_sum) / C;
-    }
-#pragma unroll
-    for (int k = 0; k < kChunks; ++k) {
-      if (k * 256 >= C) break;  // block-uniform
-      const int c0 = k * 256 + lane * 8;
-      float cw[8] = {}, cb[8] = {};
-      if (c0 < C) {
-        float wv[8], bv[8];
-        load8<true>(w, c0, C, wv);
-        load8<true>(codes.b, c0, C, bv);
-#pragma unroll
-        for (int j = 0; j < kCodeRowsPerWarp; ++j) {
-          const int64_t row = row0 + j;
-          float xv[8], dv[8], acc[8], y[8];
-          load8<true>(inp + row * C, c0, C, xv);
-          load8<true>(dout + row * C, c0, C, dv);
-          load8<true>(dinp + row * C, c0, C, acc);
-          add_dinp(acc, xv, dv, wv, m[j], s[j], dnorm_mean[j], dnorm_norm_mean[j]);
-          store8<true>(dinp + row * C, c0, C, acc);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            cw[i] += dv[i] * ((xv[i] - m[j]) * s[j]);  // dy * norm
-            cb[i] += dv[i];
-            // The value the LayerNorm cast reads (kernels/layernorm_math.cuh), times its scale.
-            y[i] = __fmul_rn(layernorm_value_bf16(xv[i], m[j], s[j], wv[i], bv[i]), code_scale);
-          }
-          *reinterpret_cast<uint2*>(&s_codes[warp * kCodeRowsPerWarp + j][lane * 8]) = to_fp8x8<F>(y);
-        }
-      }
-      float4* sw = reinterpret_cast<float4*>(&s_w[warp][lane * 8]);
-      float4* sb = reinterpret_cast<float4*>(&s_b[warp][lane * 8]);
-      sw[0] = make_float4(cw[0], cw[1], cw[2], cw[3]);
-      sw[1] = make_float4(cw[4], cw[5], cw[6], cw[7]);
-      sb[0] = make_float4(cb[0], cb[1], cb[2], cb[3]);
-      sb[1] = make_float4(cb[4], cb[5], cb[6], cb[7]);
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < kRowsPerBlock; ++r) {
-        acc_w[k] += s_w[r][threadIdx.x];
-        acc_b[k] += s_b[r][threadIdx.x];
-      }
-      const int c = k * 256 + threadIdx.x;
-      if (c < C) {  // rows 32 grp .. 32 grp + 31 of column c, row 32 grp in the lowest byte
-        uint32_t word[kCodeRows / 4];
-#pragma unroll
-        for (int q = 0; q < kCodeRows / 4; ++q)
-          word[q] = s_codes[4 * q][threadIdx.x] | uint32_t{s_codes[4 * q + 1][threadIdx.x]} << 8 |
-                    uint32_t{s_codes[4 * q + 2][threadIdx.x]} << 16 | uint32_t{s_codes[4 * q + 3][threadIdx.x]} << 24;
-        uint4* dst = reinterpret_cast<uint4*>(codes.codes_t + int64_t{c} * N + grp * kCodeRows);
-        dst[0] = make_uint4(word[0], word[1], word[2], word[3]);
-        dst[1] = make_uint4(word[4], word[5], word[6], word[7]);
-      }
-      __syncthreads();  // the chunk's terms and codes are read before the next chunk's overwrite them
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kChunks; ++k) {
-    const int c = k * 256 + threadIdx.x;
-    if (c >= C) break;
-    atomicAdd(&dw[c], acc_w[k]);
-    atomicAdd(&db[c], acc_b[k]);
-  }
-}
-
 // The grid for N rows, kRowsPerBlock per block: the kernels index rows in 64 bits, the grid must fit.
 unsigned row_blocks(int64_t N, const char* op) {
   return checked_grid(ceil_div64(N, kRowsPerBlock), kMaxGridX, op, "N rows (8 per block)");
@@ -480,45 +376,12 @@ void add_layernorm_stats(bf16* out, float* mean, float* rstd, const bf16* a, con
   CUDA_CHECK_LAUNCH();
 }
 
-bool layernorm_backward_codes_supported(const bf16* dinp, const bf16* dout, const bf16* inp, const bf16* w,
-                                        const bf16* b, const uint8_t* codes_t, int64_t N, int C) {
-  return N > 0 && N % kCodeRows == 0 && C > 0 && C % 8 == 0 && C <= 256 * 16 && aligned16(dinp) && aligned16(dout) &&
-         aligned16(inp) && aligned16(w) && aligned16(b) && aligned16(codes_t);
-}
-
 void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
-                        const float* mean, const float* rstd, int64_t N, int C, cudaStream_t stream,
-                        const LayerNormCodesT& codes) {
+                        const float* mean, const float* rstd, int64_t N, int C, cudaStream_t stream) {
   FP8T_CHECK(N > 0 && C > 0, "layernorm_backward: bad sizes N={} C={}", N, C);
-  const int threads = 32 * kRowsPerBlock;
-  if (codes.codes_t) {
-    FP8T_CHECK(codes.scale && codes.b &&
-                   layernorm_backward_codes_supported(dinp, dout, inp, w, codes.b, codes.codes_t, N, C),
-               "layernorm_backward: the output's codes need a scale, the bias and layernorm_backward_codes_supported "
-               "(N {} % 32 == 0, C {} % 8 == 0 and <= 4096, 16-byte aligned buffers)", N, C);
-    const int64_t groups = N / kCodeRows;
-    const unsigned grid = checked_grid(std::min<int64_t>(groups, 4 * sm_count()), kMaxGridX, "layernorm_backward",
-                                       "N rows (32 per block)");
-    auto launch = [&]<int kChunks>() {
-      auto kernel = codes.format == Fp8Format::e4m3 ? layernorm_backward_codes_kernel<kChunks, Fp8Format::e4m3>
-                                                    : layernorm_backward_codes_kernel<kChunks, Fp8Format::e5m2>;
-      kernel<<<grid, threads, 0, stream>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, codes);
-      CUDA_CHECK_LAUNCH();
-    };
-    if (C <= 256)
-      launch.template operator()<1>();
-    else if (C <= 512)
-      launch.template operator()<2>();
-    else if (C <= 1024)
-      launch.template operator()<4>();
-    else if (C <= 2048)
-      launch.template operator()<8>();
-    else
-      launch.template operator()<16>();
-    return;
-  }
   const bool vec = C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
   const unsigned blocks = row_blocks(N, "layernorm_backward");
+  const int threads = 32 * kRowsPerBlock;
   // One pass, dinp and the column sums together; the two-kernel backward below takes the other shapes.
   if (vec && C <= 256 * 16) {
     const int slots = 3 * sm_count();  // a few blocks per SM: row groups loop, and the column atomics stay few

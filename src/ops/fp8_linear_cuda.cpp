@@ -68,18 +68,10 @@ Tensor dgrad_into_new(const Fp8LinearSaved& s, const QuantizedTensor& dyq, MemCa
   return dh;
 }
 
-// Room for x^T's codes (IC, M), with the forward's scale_inv.
-QuantizedTensor new_x_codes_t(const Fp8LinearSaved& s) {
-  return per_tensor_codes(s.M, s.IC, fp8_dtype(s.st->formats.forward), s.x_scale.device(), false, true,
-                          MemCategory::workspace, MemCategory::workspace, s.x_fp8.scale_inv);
-}
-
 // LayerNorm prologue: the GEMM's output is d layernorm(x), written as the unfused LayerNorm output's gradient
 // would be (same bits); then the LayerNorm backward adds into x's gradient (zero-filled if new: it
-// accumulates) and into ln_w's and ln_b's (f32). want_xt (fp8_all's wgrad to follow): the LayerNorm backward also
-// writes x^T's codes where its kernel can (the recast x_codes_t would make, bit for bit), returned; else none.
-QuantizedTensor dgrad_layernorm(const Fp8LinearSaved& s, const QuantizedTensor& dyq, bool want_xt,
-                                cudaStream_t stream) {
+// accumulates) and into ln_w's and ln_b's (f32).
+void dgrad_layernorm(const Fp8LinearSaved& s, const QuantizedTensor& dyq, cudaStream_t stream) {
   const Tensor dh = dgrad_into_new(s, dyq, MemCategory::workspace, stream);
   const Tensor& x_value = value_of(s.ln_x);
   Tensor dx = s.ln_x->requires_grad
@@ -88,29 +80,10 @@ QuantizedTensor dgrad_layernorm(const Fp8LinearSaved& s, const QuantizedTensor& 
   ops_detail::GradSink dlw(s.prologue.ln_w, DType::f32, /*scratch=*/true),
       dlb(s.prologue.ln_b, DType::f32, /*scratch=*/true);
   expect_cuda(dx, DType::bf16, "the input gradient", s.st->name);
-  QuantizedTensor xt;
-  if (want_xt && s.recast_xt) {
-    xt = new_x_codes_t(s);
-    if (!k::layernorm_backward_codes_supported(dx.data<bf16>(), dh.data<bf16>(), x_value.data<bf16>(),
-                                               s.prologue.ln_w->value.data<bf16>(), s.prologue.ln_b->value.data<bf16>(),
-                                               xt.codes_t.data<uint8_t>(), s.M, static_cast<int>(s.IC)))
-      xt = QuantizedTensor{};
-  }
-  if (xt.codes_t.defined()) {
-    cuda_ops::layernorm_backward_checks(dx, dlw.tensor(), dlb.tensor(), dh, x_value, s.prologue.ln_w->value, s.ln_mean,
-                                        s.ln_rstd);
-    const k::LayerNormCodesT codes{xt.codes_t.data<uint8_t>(), s.x_scale.data<float>(),
-                                   s.prologue.ln_b->value.data<bf16>(), s.st->formats.forward};
-    k::layernorm_backward(dx.data<bf16>(), dlw.tensor().data<float>(), dlb.tensor().data<float>(), dh.data<bf16>(),
-                          x_value.data<bf16>(), s.prologue.ln_w->value.data<bf16>(), s.ln_mean.data<float>(),
-                          s.ln_rstd.data<float>(), s.M, static_cast<int>(s.IC), stream, codes);
-  } else {
-    cuda_ops::layernorm_backward(dx, dlw.tensor(), dlb.tensor(), dh, x_value, s.prologue.ln_w->value, s.ln_mean,
-                                 s.ln_rstd);
-  }
+  cuda_ops::layernorm_backward(dx, dlw.tensor(), dlb.tensor(), dh, x_value, s.prologue.ln_w->value, s.ln_mean,
+                               s.ln_rstd);
   dlw.commit();
   dlb.commit();
-  return xt;
 }
 
 // GELU prologue, x's producer an FP8 linear that applies the GELU backward in its own dy cast: the GEMM's
@@ -162,8 +135,9 @@ void dgrad_into_x(const Fp8LinearSaved& s, const QuantizedTensor& dyq, cudaStrea
 QuantizedTensor x_codes_t(const Fp8LinearSaved& s, cudaStream_t stream) {
   if (s.x_fp8.codes_t.defined()) return s.x_fp8;
   const Fp8LinearState& st = *s.st;
-  // On s.x_scale's device: a deferred wgrad's copy of s has no x_grad (PendingGrad::then).
-  QuantizedTensor xt = new_x_codes_t(s);
+  // s.x_scale's device: a deferred wgrad's copy of s has no x_grad (PendingGrad::then).
+  QuantizedTensor xt = per_tensor_codes(s.M, s.IC, fp8_dtype(st.formats.forward), s.x_scale.device(), false, true,
+                                        MemCategory::workspace, MemCategory::workspace, s.x_fp8.scale_inv);
   uint8_t* out_t = xt.codes_t.data<uint8_t>();
   const float* scale = s.x_scale.data<float>();
   if (s.recast_xt && s.prologue.kind == k::Fp8CastInput::layernorm) {
@@ -260,11 +234,10 @@ void backward_stage(const Fp8LinearSaved& s) {
                 dy_ops);
   st.device.mark_pending(Fp8Role::grad_output);
   if (pending.then) pending.then(pair);
-  QuantizedTensor ln_xt;  // fp8_all: x^T's codes from the LayerNorm backward, for the wgrad below
   if (need_dx) {
     const GradRef& xg = s.x_grad;
     if (s.prologue.kind == k::Fp8CastInput::layernorm)
-      ln_xt = dgrad_layernorm(s, dyq, need_dw, stream);
+      dgrad_layernorm(s, dyq, stream);
     else if (s.prologue.kind == k::Fp8CastInput::gelu && xg.cell->takes_pending && xg.dtype == DType::bf16 &&
              !grad_exists(xg))
       dgrad_gelu_pending(s, dyq, stream);
@@ -291,7 +264,7 @@ void backward_stage(const Fp8LinearSaved& s) {
         wgrad(later, dyq_t, written ? xt : x_codes_t(later, st_stream), st_stream);
       };
     } else {
-      wgrad(s, dyq, ln_xt.codes_t.defined() ? ln_xt : x_codes_t(s, stream), stream);
+      wgrad(s, dyq, x_codes_t(s, stream), stream);
     }
   }
   db_sink.commit();

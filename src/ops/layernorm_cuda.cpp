@@ -30,8 +30,8 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
                        b.data<bf16>(), N, to_int(C, op, "C"), k::compute_stream());
 }
 
-void layernorm_backward_checks(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
-                               const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+void layernorm_backward(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout, const Tensor& inp, const Tensor& w,
+                        const Tensor& mean, const Tensor& rstd) {
   const char* op = "layernorm_backward";
   expect(dinp, DType::bf16, op, "dinp");
   expect(dout, DType::bf16, op, "dout");
@@ -49,14 +49,6 @@ void layernorm_backward_checks(const Tensor& dinp, const Tensor& dw, const Tenso
   expect_numel(db, C, op, "db");
   expect_numel(mean, N, op, "mean");
   expect_numel(rstd, N, op, "rstd");
-  static_cast<void>(to_int(C, op, "C"));  // the kernel takes C as int
-}
-
-void layernorm_backward(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout, const Tensor& inp, const Tensor& w,
-                        const Tensor& mean, const Tensor& rstd) {
-  layernorm_backward_checks(dinp, dw, db, dout, inp, w, mean, rstd);
-  const char* op = "layernorm_backward";
-  const int64_t C = inp.dim(-1), N = rows_of(inp);
   k::layernorm_backward(dinp.data<bf16>(), dw.data<float>(), db.data<float>(), dout.data<bf16>(), inp.data<bf16>(),
                         w.data<bf16>(), mean.data<float>(), rstd.data<float>(), N, to_int(C, op, "C"),
                         k::compute_stream());

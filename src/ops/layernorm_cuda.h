@@ -12,9 +12,5 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
 // dinp (..., C), dw, db (C) += the gradients for dout (..., C)
 void layernorm_backward(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout, const Tensor& inp,
                         const Tensor& w, const Tensor& mean, const Tensor& rstd);
-// layernorm_backward's checks of devices, dtypes and shapes alone (for a caller that launches the kernel itself,
-// with options the op does not take: the FP8 linear's LayerNorm prologue).
-void layernorm_backward_checks(const Tensor& dinp, const Tensor& dw, const Tensor& db, const Tensor& dout,
-                               const Tensor& inp, const Tensor& w, const Tensor& mean, const Tensor& rstd);
 
 }  // namespace fp8t::cuda_ops

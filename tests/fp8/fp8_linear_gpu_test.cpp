@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
-#include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <filesystem>
@@ -239,10 +238,8 @@ TEST_CASE("fp8 linear: fp8_linear_ln equals layernorm then fp8_linear on the GPU
   // which the LayerNorm backward must add to; the first has none (zero-filled). Forward bits, x's and
   // w's gradients and every recorded statistic must be identical; db, d ln_w and d ln_b come from
   // atomics whose f32 order varies run to run, so they are compared within reordered-f32-sum
-  // tolerance. M = 272 and C = 208 leave partial tiles. M = 288 (a multiple of 32): under fp8_all the LayerNorm
-  // backward writes x^T's codes for the wgrad (kernels/layernorm.cuh); 272 takes the recast.
-  const int64_t M = GENERATE(int64_t{272}, int64_t{288}), C = 208, OC = 96;
-  INFO("M " << M);
+  // tolerance. M = 272 and C = 208 leave partial tiles.
+  const int64_t M = 272, C = 208, OC = 96;
   const auto x = round_bf16(randn(M * C, 2.0f)), w = round_bf16(randn(OC * C, 0.05f));
   const auto lw = round_bf16(randn(C, 1.0f)), lb = round_bf16(randn(C, 0.3f));
   const auto b = round_bf16(randn(OC, 0.1f)), dy = round_bf16(randn(M * OC, 1e-3f));
@@ -348,10 +345,8 @@ TEST_CASE("fp8 linear: fp8_linear_ln with its input's statistics from the residu
   // x = add(a, b) then fp8_linear_ln(x): with the statistics that add computes in its pass, and without (the
   // linear's own statistics pass). Separate, identically configured states, two steps. Forward bits, a's, b's
   // and w's gradients must be identical; d ln_w, d ln_b and db come from atomics, compared within reordered-f32-sum
-  // tolerance. M = 272 and C = 208 leave partial tiles. M = 288 (a multiple of 32): under fp8_all the LayerNorm
-  // backward writes x^T's codes for the wgrad (kernels/layernorm.cuh); 272 takes the recast.
-  const int64_t M = GENERATE(int64_t{272}, int64_t{288}), C = 208, OC = 96;
-  INFO("M " << M);
+  // tolerance. M = 272 and C = 208 leave partial tiles.
+  const int64_t M = 272, C = 208, OC = 96;
   const auto a = round_bf16(randn(M * C, 2.0f)), b = round_bf16(randn(M * C, 0.5f));
   const auto w = round_bf16(randn(OC * C, 0.05f)), bias = round_bf16(randn(OC, 0.1f));
   const auto lw = round_bf16(randn(C, 1.0f)), lb = round_bf16(randn(C, 0.3f)), dy = round_bf16(randn(M * OC, 1e-3f));
