@@ -82,7 +82,7 @@ CATEGORIES = [
     ("FP8 GEMM", lambda n: n.startswith("nvjet_sm90_q")),
     ("BF16 GEMM", lambda n: n.startswith(("nvjet", "sm90_xmma_gemm", "cublasLt::", "cutlass"))),
     ("FP8 casts, saves, restores", lambda n: any(k in n for k in ("cast", "save_rows", "dequantize", "fp8_",
-                                                                   "transpose", "amax", "scale_from"))),
+                                                                   "transpose", "amax", "scale_from", "gelu_pair"))),
     ("LayerNorm", lambda n: "layernorm" in n),
     ("optimizer, grad norm", lambda n: any(k in n for k in ("adamw", "sum_squares", "global_norm"))),
     ("loss, embedding", lambda n: "cross_entropy" in n or "embedding" in n),

@@ -62,6 +62,8 @@ with tempfile.TemporaryDirectory() as d:
                        ("void fp8t::kernels::attention_backward_wgmma_kernel<3, (DqLayout)1>(float*)", "attention"),
                        ("void fp8t::kernels::(anonymous namespace)::cast_transpose_kernel<(fp8t::Fp8Format)0>(float*)",
                         "FP8 casts, saves, restores"),
+                       ("void fp8t::kernels::(anonymous namespace)::saved_gelu_pair_kernel<(fp8t::Fp8Format)1, true>"
+                        "(__nv_bfloat16 const*)", "FP8 casts, saves, restores"),
                        ("void fp8t::kernels::layernorm_backward_fused_kernel<8>(float*)", "LayerNorm")]:
         assert timeline.category("kernel", name) == want, (name, timeline.category("kernel", name))
     assert "| idle | 0.20 | 87.0% |" in out, out
