@@ -54,17 +54,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 8; ++e) col_sum[e] += x[e];
     }
   }
-  if constexpr (kColsum) {  // as cast_transpose_kernel's
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      col_sum[e] += __shfl_xor_sync(0xffffffffu, col_sum[e], 8);
-      col_sum[e] += __shfl_xor_sync(0xffffffffu, col_sum[e], 16);
-    }
-    if (threadIdx.x % 32 < 8) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) s_colsum[threadIdx.x / 32][8 * tx + e] = col_sum[e];
-    }
-  }
+  if (kColsum) stage_colsum(s_colsum, col_sum, tx);
   if (out) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -75,12 +65,7 @@ __global__ void __launch_bounds__(kThreads)
   if (out_t) stage_transposed(s_t, codes, tx, ty);
   stage_transposed(s_g, gelu_codes, tx, ty);
   __syncthreads();
-  if (kColsum && threadIdx.x < kTileCols && c0 + threadIdx.x < cols) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) sum += s_colsum[w][threadIdx.x];
-    atomicAdd(stats.colsum + c0 + threadIdx.x, sum);
-  }
+  if (kColsum) add_colsum(s_colsum, stats.colsum, c0, cols);
   if (out_t) store_transposed(s_t, out_t, r0, c0, rows, cols, vec_t);
   store_transposed(s_g, gelu_t, r0, c0, rows, cols, vec_t);
   flush_stats(st, stats);

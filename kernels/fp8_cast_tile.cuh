@@ -81,6 +81,32 @@ __device__ __forceinline__ void store_transposed(const uint4* s_t, uint8_t* out_
   }
 }
 
+// A tile's column sums (the casts with stats.colsum), step 1, before the block's barrier: lanes tx, tx + 8, tx + 16
+// and tx + 24 of a warp hold 16 consecutive tile rows of the same 8 columns; lane tx (< 8) ends with their sum and
+// leaves it in s_colsum[warp] for step 2.
+__device__ __forceinline__ void stage_colsum(float (*s_colsum)[kTileCols], float (&col_sum)[8], int tx) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    col_sum[e] += __shfl_xor_sync(0xffffffffu, col_sum[e], 8);
+    col_sum[e] += __shfl_xor_sync(0xffffffffu, col_sum[e], 16);
+  }
+  if (threadIdx.x % 32 < 8) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s_colsum[threadIdx.x / 32][8 * tx + e] = col_sum[e];
+  }
+}
+
+// Step 2, after the barrier: thread t < kTileCols adds tile column t's sum over the warps into colsum, one atomic.
+__device__ __forceinline__ void add_colsum(const float (*s_colsum)[kTileCols], float* colsum, int64_t c0,
+                                           int64_t cols) {
+  if (threadIdx.x < kTileCols && c0 + threadIdx.x < cols) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) sum += s_colsum[w][threadIdx.x];
+    atomicAdd(colsum + c0 + threadIdx.x, sum);
+  }
+}
+
 bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0; }
 
 }  // namespace
