@@ -5,6 +5,7 @@
 
 namespace fp8t::kernels {
 namespace {
+
 // Cast + transpose. A block converts a (kTileRows, kTileCols) tile of in (rows, cols); thread t takes
 // the (4, 8) block at tile rows 4 * (t / 8) + j, tile cols 8 * (t % 8) + e, so a warp's 16-byte loads
 // cover four 128-byte row segments. The row-major codes go straight to out (8-byte stores); the
