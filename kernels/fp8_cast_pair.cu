@@ -14,7 +14,7 @@ namespace {
 template <Fp8Format F, bool kColsum>
 __global__ void __launch_bounds__(kThreads)
     saved_gelu_pair_kernel(const bf16* __restrict__ in, uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
-                           uint8_t* __restrict__ gelu_t, int64_t rows, int64_t cols, bool vec_t,
+                           uint8_t* __restrict__ gelu_t, int64_t rows, int64_t cols,
                            const float* __restrict__ scale_ptr, const float* __restrict__ gelu_scale_ptr,
                            Fp8CastOutputs stats, Fp8CastOperands ops) {
   __shared__ uint4 s_t[kTileCols * kChunks], s_g[kTileCols * kChunks];
@@ -66,8 +66,8 @@ __global__ void __launch_bounds__(kThreads)
   stage_transposed(s_g, gelu_codes, tx, ty);
   __syncthreads();
   if (kColsum) add_colsum(s_colsum, stats.colsum, c0, cols);
-  if (out_t) store_transposed(s_t, out_t, r0, c0, rows, cols, vec_t);
-  store_transposed(s_g, gelu_t, r0, c0, rows, cols, vec_t);
+  if (out_t) store_transposed(s_t, out_t, r0, c0, rows, cols, true);
+  store_transposed(s_g, gelu_t, r0, c0, rows, cols, true);
   flush_stats(st, stats);
 }
 
@@ -98,7 +98,7 @@ void fp8_cast_saved_gelu_pair(const bf16* in, int64_t rows, int64_t cols, uint8_
                                     : saved_gelu_pair_kernel<Fp8Format::e4m3, false>)
                     : (stats.colsum ? saved_gelu_pair_kernel<Fp8Format::e5m2, true>
                                     : saved_gelu_pair_kernel<Fp8Format::e5m2, false>);
-  kernel<<<grid, kThreads, 0, stream>>>(in, out, out_t, gelu_t, rows, cols, true, scale, gelu_scale, stats, ops);
+  kernel<<<grid, kThreads, 0, stream>>>(in, out, out_t, gelu_t, rows, cols, scale, gelu_scale, stats, ops);
   CUDA_CHECK_LAUNCH();
 }
 
