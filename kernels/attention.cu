@@ -114,15 +114,17 @@ void launch_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH
 
 }  // namespace
 
-void attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, int HS, cudaStream_t stream,
-                       const AttentionKernels& k) {
-  check_sizes("attention_forward", qkv, B, T, NH, HS);
+bool attention_reads_codes(int HS, const AttentionKernels& k) { return use_wgmma(HS, k); }
+
+void attention_forward(bf16* out, float* lse, const AttentionQkv& qkv, int B, int T, int NH, int HS,
+                       cudaStream_t stream, const AttentionKernels& k) {
+  check_sizes("attention_forward", qkv, B, T, NH, HS, k);
   if (use_wgmma(HS, k))
     attention_forward_wgmma64(out, lse, qkv, B, T, NH, 1.0f / sqrtf(64.0f), stream);
   else if (HS == 64)
-    launch_forward<64>(out, lse, qkv, B, T, NH, stream);
+    launch_forward<64>(out, lse, qkv.bf16, B, T, NH, stream);
   else
-    launch_forward<128>(out, lse, qkv, B, T, NH, stream);
+    launch_forward<128>(out, lse, qkv.bf16, B, T, NH, stream);
 }
 
 }  // namespace fp8t::kernels

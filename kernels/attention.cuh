@@ -16,10 +16,26 @@ struct AttentionKernels {
   bool wgmma = true;
 };
 
+// qkv (B, T, 3C) as the kernels read it: bf16, or the E4M3 codes fp8_all saves of it (fp8/saved.h: (B * T, 3C)
+// codes with an f32 scale_inv per row), which the kernels dequantize as they load their tiles, each value the bf16
+// fp8_dequantize_rows writes, so that both forms give the same bits. Exactly one of bf16 and e4m3 is set. The codes
+// need attention_reads_codes(HS, kernels).
+struct AttentionQkv {
+  const __nv_bfloat16* bf16 = nullptr;
+  const uint8_t* e4m3 = nullptr;
+  const float* row_scale_inv = nullptr;
+};
+// Whether these kernels read qkv as codes (the warpgroup-MMA kernels: head size 64 on a Hopper, sm_90a build).
+bool attention_reads_codes(int HS, const AttentionKernels& kernels = {});
+
 // out (B, T, C) bf16; lse (B, NH, T) f32 = logsumexp of each scaled score row (saved for backward).
 // HS = C / NH must be 64 or 128.
-void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
+void attention_forward(__nv_bfloat16* out, float* lse, const AttentionQkv& qkv, int B, int T, int NH, int HS,
                        cudaStream_t stream, const AttentionKernels& kernels = {});
+inline void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH, int HS,
+                              cudaStream_t stream, const AttentionKernels& kernels = {}) {
+  attention_forward(out, lse, AttentionQkv{.bf16 = qkv}, B, T, NH, HS, stream, kernels);
+}
 // The forward's output O as the backward reads it (only for delta = rowsum(dO * O)): bf16 (B, T, C), or, where the
 // next FP8 linear keeps O for its weight gradient, those codes: E4M3, transposed (C, B * T), dequantized as
 // decode(code) * *scale_inv in f32 (one scale on the device). Exactly one of bf16 and e4m3_t is set.
@@ -33,8 +49,15 @@ struct AttentionOut {
 // whatever dqkv held (no zero fill needed). Scratch: dq_accum, attention_dq_scratch_floats() f32 (at least
 // B * T * C), and delta (B, NH, T) f32, both overwritten.
 void attention_backward(__nv_bfloat16* dqkv, float* dq_accum, float* delta, const __nv_bfloat16* dout,
-                        const __nv_bfloat16* qkv, const AttentionOut& out, const float* lse, int B, int T, int NH,
+                        const AttentionQkv& qkv, const AttentionOut& out, const float* lse, int B, int T, int NH,
                         int HS, cudaStream_t stream, const AttentionKernels& kernels = {}, bool accumulate = true);
+inline void attention_backward(__nv_bfloat16* dqkv, float* dq_accum, float* delta, const __nv_bfloat16* dout,
+                               const __nv_bfloat16* qkv, const AttentionOut& out, const float* lse, int B, int T,
+                               int NH, int HS, cudaStream_t stream, const AttentionKernels& kernels = {},
+                               bool accumulate = true) {
+  attention_backward(dqkv, dq_accum, delta, dout, AttentionQkv{.bf16 = qkv}, out, lse, B, T, NH, HS, stream, kernels,
+                     accumulate);
+}
 
 // Floats of attention_backward's dq_accum scratch for these sizes and kernels.
 int64_t attention_dq_scratch_floats(int B, int T, int NH, int HS, const AttentionKernels& kernels = {});

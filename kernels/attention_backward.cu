@@ -308,7 +308,7 @@ __global__ void attention_dq_kernel(bf16* dqkv, const float* dq_accum, int64_t n
 }
 
 template <int HS>
-void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv,
+void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const AttentionQkv& qkv,
                      const AttentionOut& out, const float* lse, int B, int T, int NH, cudaStream_t stream,
                      const AttentionKernels& k, bool accumulate) {
   constexpr int KEYS = BwdTile<HS>::kKeys, kThreads = 2 * KEYS, bytes = backward_smem_bytes<HS>();
@@ -328,7 +328,8 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
   } else {
     const int BH = B * NH, n_kb = ceil_div(T, KEYS);
     attention_backward_kernel<HS><<<BH * n_kb, kThreads, bytes, stream>>>(
-        dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH, backward_group(BH, n_kb, T, HS, slots), scale, accumulate);
+        dqkv, dq_accum, delta, dout, qkv.bf16, lse, BH, T, NH, backward_group(BH, n_kb, T, HS, slots), scale,
+        accumulate);
     CUDA_CHECK_LAUNCH();
   }
   attention_backward_dq(dqkv, dq_accum, layout, B, T, NH, HS, stream, accumulate);
@@ -398,10 +399,10 @@ void attention_backward_dq(bf16* dqkv, const float* dq_accum, DqLayout layout, i
   CUDA_CHECK_LAUNCH();
 }
 
-void attention_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const bf16* qkv,
+void attention_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const AttentionQkv& qkv,
                         const AttentionOut& out, const float* lse, int B, int T, int NH, int HS, cudaStream_t stream,
                         const AttentionKernels& k, bool accumulate) {
-  check_sizes("attention_backward", qkv, B, T, NH, HS);
+  check_sizes("attention_backward", qkv, B, T, NH, HS, k);
   FP8T_CHECK(aligned16(dout), "attention_backward: dout must be 16-byte aligned");
   FP8T_CHECK(aligned16(dqkv) && aligned16(dq_accum), "attention_backward: dqkv and dq_accum must be 16-byte aligned");
   FP8T_CHECK(int64_t{B} * NH * ceil_div(T, 64) <= 0x7fffffff, "attention_backward: grid too large (B={} NH={} T={})", B,

@@ -65,18 +65,27 @@ __device__ __forceinline__ void load_tile(bf16* sX, const bf16* src, int64_t ld,
 
 constexpr int kFwdRows = 128, kFwdKeys = 64, kFwdThreads = 256;  // 8 warps x 16 query rows
 
-void check_sizes(const char* what, const void* qkv, int B, int T, int NH, int HS) {
+// Whether head size HS runs the warpgroup-MMA kernels (kernels/attention_wgmma.cuh).
+bool use_wgmma(int HS, const AttentionKernels& k) { return HS == 64 && k.wgmma && attention_wgmma_available(); }
+
+void check_sizes(const char* what, const AttentionQkv& qkv, int B, int T, int NH, int HS, const AttentionKernels& k) {
   FP8T_CHECK(B > 0 && T > 0 && NH > 0, "{}: bad sizes B={} T={} NH={}", what, B, T, NH);
   FP8T_CHECK(HS == 64 || HS == 128, "{}: head size {} not supported (64 or 128)", what, HS);
-  FP8T_CHECK(aligned16(qkv), "{}: qkv must be 16-byte aligned", what);
+  FP8T_CHECK((qkv.bf16 != nullptr) != (qkv.e4m3 != nullptr), "{}: qkv must be given either as bf16 or as E4M3 codes",
+             what);
+  if (qkv.bf16) {
+    FP8T_CHECK(aligned16(qkv.bf16), "{}: qkv must be 16-byte aligned", what);
+  } else {
+    FP8T_CHECK(use_wgmma(HS, k), "{}: qkv as E4M3 codes needs the warpgroup-MMA kernels (head size 64 on a Hopper "
+               "GPU, sm_90a build; attention_reads_codes), head size {}", what, HS);
+    FP8T_CHECK(qkv.row_scale_inv && (reinterpret_cast<uintptr_t>(qkv.e4m3) & 7u) == 0,
+               "{}: qkv's codes must be 8-byte aligned, with their per-row scale_inv", what);
+  }
   FP8T_CHECK(int64_t{B} * NH <= 0x7fffffff && ceil_div(T, kFwdRows) <= 65535, "{}: grid too large (B={} NH={} T={})", what, B,
              NH, T);
   // The kernels take C = NH * HS and offsets up to 3 C within a row as int.
   checked_int(3 * int64_t{NH} * HS, what, "the qkv row length 3 * NH * HS");
 }
-
-// Whether head size HS runs the warpgroup-MMA kernels (kernels/attention_wgmma.cuh).
-bool use_wgmma(int HS, const AttentionKernels& k) { return HS == 64 && k.wgmma && attention_wgmma_available(); }
 
 }  // namespace
 }  // namespace fp8t::kernels

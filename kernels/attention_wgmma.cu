@@ -16,8 +16,11 @@ constexpr int kFwdSmemBytes = 6 * kTileBytes + 1024;  // sQ (2 tiles), 2 x sK, 2
 // Forward: one block of two warpgroups per (128 queries, b*h), heaviest query blocks first; warpgroup w owns
 // queries q0 + 64 w .. + 63 and runs the online softmax over key tiles of 64 up to the diagonal:
 // S = Q K^T (A = Q, B = K, both K-major in shared memory), O += P V (A = P from registers, B = V MN-major).
+// kCodes: qkv is read from E4M3 codes with a scale per row (AttentionQkv), dequantized into the same tiles; the
+// next K and V tiles' codes are fetched before a step's MMAs and staged after them.
+template <bool kCodes>
 __global__ void __launch_bounds__(kFwdThreads, 2)
-    attention_forward_wgmma_kernel(bf16* out, float* lse, const bf16* qkv, int T, int NH, float scale) {
+    attention_forward_wgmma_kernel(bf16* out, float* lse, AttentionQkv qkv, int T, int NH, float scale) {
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   unsigned char* sQ = smem;                  // 2 tiles: one per warpgroup
@@ -30,15 +33,30 @@ __global__ void __launch_bounds__(kFwdThreads, 2)
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kFwdRows;  // longest rows first
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int wg_lo = q0 + wg * 64, row_lo = wg_lo + warp * 16;  // this warpgroup's and this warp's first query
-  const bf16* q_base = qkv + int64_t{b} * T * ld + h * kHs;
+  const int64_t head0 = int64_t{b} * T * ld + h * kHs;  // this head's first q element
+  const bf16* q_base = kCodes ? nullptr : qkv.bf16 + head0;
+  const uint8_t* qc_base = kCodes ? qkv.e4m3 + head0 : nullptr;
+  const float* row_sinv = kCodes ? qkv.row_scale_inv + int64_t{b} * T : nullptr;
   const int n_kt = ceil_div(std::min(q0 + kFwdRows, T), kKeys);
   const float sl2 = scale * kLog2e;
 
-  load_tile_sw128<kFwdThreads>(sQ, q_base, ld, q0, T);
-  load_tile_sw128<kFwdThreads>(sQ + kTileBytes, q_base, ld, q0 + 64, T);
-  load_tile_sw128<kFwdThreads>(sK, q_base + C, ld, 0, T);
-  load_tile_sw128<kFwdThreads>(sV, q_base + 2 * C, ld, 0, T);
-  cp_async_commit();
+  CodesTile<kFwdThreads> next_k, next_v;  // kCodes: the next step's K and V codes
+  if constexpr (kCodes) {
+    next_k.fetch(qc_base, row_sinv, ld, q0, T);
+    next_k.stage(sQ);
+    next_k.fetch(qc_base, row_sinv, ld, q0 + 64, T);
+    next_k.stage(sQ + kTileBytes);
+    next_k.fetch(qc_base + C, row_sinv, ld, 0, T);
+    next_v.fetch(qc_base + 2 * C, row_sinv, ld, 0, T);
+    next_k.stage(sK);
+    next_v.stage(sV);
+  } else {
+    load_tile_sw128<kFwdThreads>(sQ, q_base, ld, q0, T);
+    load_tile_sw128<kFwdThreads>(sQ + kTileBytes, q_base, ld, q0 + 64, T);
+    load_tile_sw128<kFwdThreads>(sK, q_base + C, ld, 0, T);
+    load_tile_sw128<kFwdThreads>(sV, q_base + 2 * C, ld, 0, T);
+    cp_async_commit();
+  }
   const uint64_t dQ = sw128_desc(sQ + wg * kTileBytes);
 
   float o[8][4] = {};
@@ -46,7 +64,12 @@ __global__ void __launch_bounds__(kFwdThreads, 2)
 
   for (int kt = 0; kt < n_kt; ++kt) {
     const int st = kt & 1, k0 = kt * kKeys;
-    if (kt + 1 < n_kt) {  // the other stage was released by the barrier that ended the previous step
+    if constexpr (kCodes) {
+      if (kt + 1 < n_kt) {
+        next_k.fetch(qc_base + C, row_sinv, ld, k0 + kKeys, T);
+        next_v.fetch(qc_base + 2 * C, row_sinv, ld, k0 + kKeys, T);
+      }
+    } else if (kt + 1 < n_kt) {  // the other stage was released by the barrier that ended the previous step
       load_tile_sw128<kFwdThreads>(sK + (st ^ 1) * kTileBytes, q_base + C, ld, k0 + kKeys, T);
       load_tile_sw128<kFwdThreads>(sV + (st ^ 1) * kTileBytes, q_base + 2 * C, ld, k0 + kKeys, T);
       cp_async_commit();
@@ -54,7 +77,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2)
     } else {
       cp_async_wait<0>();
     }
-    fence_async_shared();
+    fence_async_shared();  // (kCodes) this thread's stores of stage st, visible to wgmma
     __syncthreads();
     if (k0 <= wg_lo + 63) {  // else every key of the tile is after every query of this warpgroup
       const uint64_t dKt = sw128_desc(sK + st * kTileBytes), dVt = sw128_desc(sV + st * kTileBytes);
@@ -78,6 +101,10 @@ __global__ void __launch_bounds__(kFwdThreads, 2)
       wgmma_wait<0>();
       wgmma_settle(o);
     }
+    if (kCodes && kt + 1 < n_kt) {  // the other stage was released by the barrier that ended the previous step
+      next_k.stage(sK + (st ^ 1) * kTileBytes);
+      next_v.stage(sV + (st ^ 1) * kTileBytes);
+    }
     __syncthreads();  // every warp is done with stage st before the next step refills it
   }
 
@@ -86,7 +113,10 @@ __global__ void __launch_bounds__(kFwdThreads, 2)
 
 #else  // not sm_90a: never launched (attention_wgmma_available() is false)
 
-__global__ void attention_forward_wgmma_kernel(bf16*, float*, const bf16*, int, int, float) { __trap(); }
+template <bool kCodes>
+__global__ void attention_forward_wgmma_kernel(bf16*, float*, AttentionQkv, int, int, float) {
+  __trap();
+}
 
 #endif
 
@@ -100,17 +130,18 @@ bool attention_wgmma_available() {
 #endif
 }
 
-void attention_forward_wgmma64(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, float scale,
+void attention_forward_wgmma64(bf16* out, float* lse, const AttentionQkv& qkv, int B, int T, int NH, float scale,
                                cudaStream_t stream) {
   FP8T_CHECK(attention_wgmma_available(), "attention_forward_wgmma64: needs an sm_90a build on a Hopper GPU");
   static PerDevice<bool> configured;  // the shared memory limit is set on each device
   configured.get([] {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_forward_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    kFwdSmemBytes));
+    for (auto* kernel : {attention_forward_wgmma_kernel<false>, attention_forward_wgmma_kernel<true>})
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFwdSmemBytes));
     return true;
   });
   const dim3 grid(B * NH, ceil_div(T, kFwdRows));
-  attention_forward_wgmma_kernel<<<grid, kFwdThreads, kFwdSmemBytes, stream>>>(out, lse, qkv, T, NH, scale);
+  auto* kernel = qkv.e4m3 ? attention_forward_wgmma_kernel<true> : attention_forward_wgmma_kernel<false>;
+  kernel<<<grid, kFwdThreads, kFwdSmemBytes, stream>>>(out, lse, qkv, T, NH, scale);
   CUDA_CHECK_LAUNCH();
 }
 

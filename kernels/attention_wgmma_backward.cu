@@ -4,12 +4,16 @@
 
 namespace fp8t::kernels {
 
-void attention_backward_wgmma64(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
-                                const float* lse, int B, int T, int NH, float scale, cudaStream_t stream,
-                                bool accumulate) {
+void attention_backward_wgmma64(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
+                                const AttentionQkv& qkv, const float* lse, int B, int T, int NH, float scale,
+                                cudaStream_t stream, bool accumulate) {
   FP8T_CHECK(attention_wgmma_available(), "attention_backward_wgmma64: needs an sm_90a build on a Hopper GPU");
-  launch_backward_wgmma<3, DqLayout::tiles>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream,
-                                            accumulate);
+  if (qkv.e4m3)
+    launch_backward_wgmma<3, DqLayout::tiles, true>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream,
+                                                    accumulate);
+  else
+    launch_backward_wgmma<3, DqLayout::tiles>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream,
+                                              accumulate);
 }
 
 }  // namespace fp8t::kernels

@@ -27,11 +27,12 @@ constexpr int smem_bytes(DqLayout layout) { return kSmemBytes + (layout == DqLay
 
 // kMinBlocks: the blocks per SM that __launch_bounds__ fits registers to. kLayout: how dQ leaves, by f32 atomics
 // into rows, or through the dQ tile in shared memory, added by one bulk asynchronous reduction
-// (cp.reduce.async.bulk) into dq_accum's 64 x 64 tile of (b*h, query block).
-template <int kMinBlocks, DqLayout kLayout>
+// (cp.reduce.async.bulk) into dq_accum's 64 x 64 tile of (b*h, query block). kCodes: qkv is read from E4M3 codes
+// with a scale per row (AttentionQkv), dequantized into the same tiles as they load.
+template <int kMinBlocks, DqLayout kLayout, bool kCodes>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     attention_backward_wgmma_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
-                                    const bf16* qkv, const float* lse, int BH, int T, int NH, int group, float scale,
+                                    AttentionQkv qkv, const float* lse, int BH, int T, int NH, int group, float scale,
                                     bool accumulate) {
   constexpr bool kTiles = kLayout == DqLayout::tiles;
   extern __shared__ unsigned char smem_raw[];
@@ -46,20 +47,37 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   float* sdQ = sDelta + 2 * kRows;                              // (tiles) 64 x 64, fragment order
 
   const BackwardBlock<kKeys, kHs> blk(BH, T, NH, group);  // blk.key_lo: this warp's first key (accumulator rows)
-  const bf16* q_base = qkv + int64_t{blk.b} * T * blk.ld + blk.h * kHs;
+  const int64_t head0 = int64_t{blk.b} * T * blk.ld + blk.h * kHs;  // this head's first q element
+  const bf16* q_base = kCodes ? nullptr : qkv.bf16 + head0;
+  const uint8_t* qc_base = kCodes ? qkv.e4m3 + head0 : nullptr;
+  const float* row_sinv = kCodes ? qkv.row_scale_inv + int64_t{blk.b} * T : nullptr;
   const bf16* do_base = dout + int64_t{blk.b} * T * blk.C + blk.h * kHs;
   const float* lse_bh = lse + int64_t{blk.bh} * T;
   const float* delta_bh = delta + int64_t{blk.bh} * T;
   const int n_qb = ceil_div(T, kRows);
   const float sl2 = scale * kLog2e;
 
+  // Q and dO of query rows q0.. into stage st (kCodes: Q's codes through registers).
   auto load_rows = [&](int q0, int st) {
-    load_tile_sw128(sQ + st * kTileBytes, q_base, blk.ld, q0, T);
+    if constexpr (!kCodes) load_tile_sw128(sQ + st * kTileBytes, q_base, blk.ld, q0, T);
     load_tile_sw128(sdO + st * kTileBytes, do_base, blk.C, q0, T);
     cp_async_commit();
+    if constexpr (kCodes) {
+      CodesTile<> q;
+      q.fetch(qc_base, row_sinv, blk.ld, q0, T);
+      q.stage(sQ + st * kTileBytes);
+    }
   };
-  load_tile_sw128(sK, q_base + blk.C, blk.ld, blk.k0, T);
-  load_tile_sw128(sV, q_base + 2 * blk.C, blk.ld, blk.k0, T);
+  if constexpr (kCodes) {
+    CodesTile<> kv;
+    kv.fetch(qc_base + blk.C, row_sinv, blk.ld, blk.k0, T);
+    kv.stage(sK);
+    kv.fetch(qc_base + 2 * blk.C, row_sinv, blk.ld, blk.k0, T);
+    kv.stage(sV);
+  } else {
+    load_tile_sw128(sK, q_base + blk.C, blk.ld, blk.k0, T);
+    load_tile_sw128(sV, q_base + 2 * blk.C, blk.ld, blk.k0, T);
+  }
   load_rows(blk.kb * kRows, 0);
   if (threadIdx.x < kRows) {  // query rows past T: lse = inf, hence P = 0
     const int qi = blk.kb * kRows + threadIdx.x;
@@ -73,7 +91,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   for (int qb = blk.kb; qb < n_qb; ++qb) {
     const int st = (qb - blk.kb) & 1, q0 = qb * kRows;
     cp_async_wait<0>();    // the only group in flight is stage st (with sK, sV on the first step)
-    fence_async_shared();  // this thread's cp.async writes, visible to the async proxy (wgmma)
+    fence_async_shared();  // this thread's cp.async writes (and kCodes stores), visible to the async proxy (wgmma)
     // Stage st is complete, and every warp's MMAs of step qb - 1 are done: stage st ^ 1 and sdSt are free.
     __syncthreads();
     float next_lse = INFINITY, next_delta = 0.0f;
@@ -195,19 +213,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
 #else  // not sm_90a: never launched (attention_wgmma_available() is false)
 
-template <int kMinBlocks, DqLayout kLayout>
-__global__ void attention_backward_wgmma_kernel(bf16*, float*, const float*, const bf16*, const bf16*, const float*,
+template <int kMinBlocks, DqLayout kLayout, bool kCodes>
+__global__ void attention_backward_wgmma_kernel(bf16*, float*, const float*, const bf16*, AttentionQkv, const float*,
                                                 int, int, int, int, float, bool) {
   __trap();
 }
 
 #endif
 
-template <int kMinBlocks, DqLayout kLayout>
-void launch_backward_wgmma(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const bf16* qkv,
+template <int kMinBlocks, DqLayout kLayout, bool kCodes = false>
+void launch_backward_wgmma(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const AttentionQkv& qkv,
                            const float* lse, int B, int T, int NH, float scale, cudaStream_t stream,
                            bool accumulate = true) {
-  auto* kernel = attention_backward_wgmma_kernel<kMinBlocks, kLayout>;
+  FP8T_CHECK((qkv.e4m3 != nullptr) == kCodes, "launch_backward_wgmma: qkv's form does not match the kernel");
+  auto* kernel = attention_backward_wgmma_kernel<kMinBlocks, kLayout, kCodes>;
   static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
   const int slots = resident.get([kernel] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(kLayout)));

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/attention_common.cuh"
+#include "kernels/fp8_codec.cuh"
 
 namespace fp8t::kernels {
 namespace {
@@ -27,6 +28,43 @@ __device__ __forceinline__ void load_tile_sw128(unsigned char* tile, const bf16*
     cp_async16(tile + r * 128 + ((c ^ (r & 7)) << 4), src + (valid ? row0 + r : 0) * ld + c * 8, valid);
   }
 }
+
+// The same tile from E4M3 codes (fp8_all's saved qkv: `src` the head's first code, row stride `ld` bytes, scale_inv
+// per row at row_sinv), in two steps so that the global loads are in flight while the block works: fetch() into
+// registers, then stage() the dequantized values (the bf16 fp8_dequantize_rows writes) into the swizzled tile.
+// Rows at or beyond T are zero. A code chunk is 8 bytes (src 8-byte aligned, ld a multiple of 8).
+template <int THREADS = kThreads>
+struct CodesTile {
+  static constexpr int kIt = 64 * 8 / THREADS;
+  uint2 codes[kIt];
+  float sinv[kIt];  // 0 for rows at or beyond T: every value dequantizes to +0
+
+  __device__ __forceinline__ void fetch(const uint8_t* src, const float* row_sinv, int64_t ld, int row0, int T,
+                                        int tid = threadIdx.x) {
+#pragma unroll
+    for (int it = 0; it < kIt; ++it) {
+      const int i = tid + it * THREADS, r = i / 8, c = i % 8;
+      const bool valid = row0 + r < T;
+      codes[it] = valid ? *reinterpret_cast<const uint2*>(src + (row0 + r) * ld + c * 8) : make_uint2(0, 0);
+      sinv[it] = valid ? row_sinv[row0 + r] : 0.0f;
+    }
+  }
+  __device__ __forceinline__ void stage(unsigned char* tile, int tid = threadIdx.x) const {
+#pragma unroll
+    for (int it = 0; it < kIt; ++it) {
+      const int i = tid + it * THREADS, r = i / 8, c = i % 8;
+      uint32_t w[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t word = k < 2 ? codes[it].x : codes[it].y, sh = 16 * (k % 2);
+        const uint32_t lo = __bfloat16_as_ushort(dequant_bf16<Fp8Format::e4m3>((word >> sh) & 0xFFu, sinv[it]));
+        const uint32_t hi = __bfloat16_as_ushort(dequant_bf16<Fp8Format::e4m3>((word >> (sh + 8)) & 0xFFu, sinv[it]));
+        w[k] = lo | hi << 16;
+      }
+      *reinterpret_cast<uint4*>(tile + r * 128 + ((c ^ (r & 7)) << 4)) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+};
 
 // Shared-memory matrix descriptor of a 128-byte-swizzled tile: start address, leading byte offset 16 (unused by
 // these shapes), stride byte offset 1024 (between groups of 8 rows), swizzle mode 128B. The tile must be

@@ -25,15 +25,16 @@ void attention_backward_wgmma(WgmmaBackwardVariant variant, bf16* dqkv, float* d
   const float scale = 1.0f / sqrtf(float(kHs));
   const DqLayout layout = variant == WgmmaBackwardVariant::tiled_dq_2_blocks ? DqLayout::tiles : DqLayout::rows;
   attention_backward_delta(delta, dq_accum, layout, dout, AttentionOut{.bf16 = out}, B, T, NH, kHs, stream);
+  const AttentionQkv in{.bf16 = qkv};
   switch (variant) {
     case WgmmaBackwardVariant::atomic_dq_2_blocks:
-      launch_backward_wgmma<2, DqLayout::rows>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream);
+      launch_backward_wgmma<2, DqLayout::rows>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream);
       break;
     case WgmmaBackwardVariant::atomic_dq_3_blocks:
-      launch_backward_wgmma<3, DqLayout::rows>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream);
+      launch_backward_wgmma<3, DqLayout::rows>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream);
       break;
     case WgmmaBackwardVariant::tiled_dq_2_blocks:
-      launch_backward_wgmma<2, DqLayout::tiles>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream);
+      launch_backward_wgmma<2, DqLayout::tiles>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream);
       break;
   }
   attention_backward_dq(dqkv, dq_accum, layout, B, T, NH, kHs, stream);

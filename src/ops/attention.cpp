@@ -11,10 +11,13 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
   FP8T_CHECK(qkv->value.ndim() == 3 && qkv->value.dim(2) % 3 == 0, "attention: qkv must be (B, T, 3C), got {}",
              qkv->value.str());
   const bool save_fp8 = store_fp8 && needs_grad(qkv);
+  // With FP8 storage forward and backward both run on dequant(q(qkv)), so the backward's recomputed softmax
+  // matches the forward's logsumexp exactly: where the kernels read the saved codes themselves (read_codes: CUDA,
+  // head size 64 on a Hopper), both read them; elsewhere the round trip replaces qkv's value in place (ops.h).
+  const bool read_codes = save_fp8 && qkv->value.device().is_cuda() &&
+                          on_cuda("attention", [&] { return cuda_ops::attention_reads_codes(qkv->value, n_head); });
   QuantizedTensor saved;
-  // With FP8 storage the forward runs on dequant(q(qkv)), which replaces qkv's value in place (ops.h),
-  // so the backward's recomputed softmax matches the forward's logsumexp exactly.
-  if (save_fp8) saved = fp8_save_inplace(qkv->value);
+  if (save_fp8) saved = read_codes ? fp8_save(qkv->value, nullptr) : fp8_save_inplace(qkv->value);
   const Tensor& xv = qkv->value;
   const int B = static_cast<int>(xv.dim(0)), T = static_cast<int>(xv.dim(1)), C = static_cast<int>(xv.dim(2) / 3);
   FP8T_CHECK(n_head > 0 && C % n_head == 0, "attention: C = {} is not divisible by n_head = {}", C, n_head);
@@ -23,16 +26,21 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
   const DType lse_dtype = xv.device().is_cuda() ? DType::f32 : xv.dtype();
   Tensor lse = Tensor::empty({B, n_head, T}, lse_dtype, xv.device(), MemCategory::activations);
   dispatch(
-      "attention", xv, [&] { cuda_ops::attention_forward(out, lse, xv, n_head); },
+      "attention", xv,
+      [&] {
+        if (read_codes)
+          cuda_ops::attention_forward(out, lse, saved, n_head);
+        else
+          cuda_ops::attention_forward(out, lse, xv, n_head);
+      },
       [&]<typename F>() { cpu::attention_forward<F>(out.data<F>(), lse.data<F>(), cptr<F>(xv), B, T, C, n_head); });
   Var y = make_output(std::move(out));
   if (needs_grad(qkv)) {
     y->requires_grad = true;
     // Holds qkv itself, or only its FP8 codes.
-    current_tape()->record("attention", [qg = grad_ref(qkv), qkv_kept = save_fp8 ? Var() : qkv, saved, y, lse,
-                                         n_head, B, T, C] {
+    current_tape()->record("attention", [qg = grad_ref(qkv), qkv_kept = save_fp8 ? Var() : qkv, saved, read_codes,
+                                         y, lse, n_head, B, T, C] {
       const Tensor& dout = grad_of(y);
-      const Tensor qv = qkv_kept ? value_of(qkv_kept) : fp8_restore(saved, MemCategory::workspace);
       // The output, or where the projection serves it from its FP8 codes (fp8_linear's serve_input) their
       // dequantized values: delta = rowsum(dO * O) then reads the O that the projection read. On CUDA it
       // reads those codes themselves (y's released form), in f32 as the CPU reads the dequantized values.
@@ -43,6 +51,18 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
         if (!accumulate) qg.cell->grad = Tensor::empty(qg.shape, qg.dtype, qg.device, MemCategory::activations);
         return qg.cell->grad;
       };
+      if (read_codes) {
+        on_cuda("attention backward", [&] {
+          bool accumulate = true;
+          Tensor& dqkv = cuda_grad(accumulate);
+          if (out_codes)
+            cuda_ops::attention_backward(dqkv, dout, saved, *out_codes, lse, n_head, accumulate);
+          else
+            cuda_ops::attention_backward(dqkv, dout, saved, value_of(y), lse, n_head, accumulate);
+        });
+        return;
+      }
+      const Tensor qv = qkv_kept ? value_of(qkv_kept) : fp8_restore(saved, MemCategory::workspace);
       if (dout.device().is_cuda() && out_codes) {
         on_cuda("attention backward", [&] {
           bool accumulate = true;

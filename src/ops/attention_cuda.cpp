@@ -30,27 +30,71 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head) 
   attention_forward(out, lse, qkv, n_head, k::AttentionKernels{});
 }
 
+bool attention_reads_codes(const Tensor& qkv, int n_head) {
+  return qkv.ndim() == 3 && n_head > 0 && qkv.dim(2) == 3 * int64_t{n_head} * 64 && k::attention_reads_codes(64);
+}
+
 namespace {
 
-// Both forms of out: checks the rest, takes the scratch from the caching allocator (served from the pool after the
-// first step) and runs the backward.
-void backward(const char* op, Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const k::AttentionOut& out,
-              const Tensor& lse, int n_head, const k::AttentionKernels& kernels, bool accumulate) {
-  expect(qkv, DType::bf16, op, "qkv");
+// qkv's saved codes as the kernels take them, checked: per-row E4M3 codes (B, T, 3C) with B * T f32 scales.
+k::AttentionQkv codes_of(const char* op, const QuantizedTensor& qkv) {
+  const Tensor& c = qkv.codes;
+  FP8T_CHECK(c.defined() && c.dtype() == DType::e4m3 && c.ndim() == 3 && c.dim(2) % 3 == 0 &&
+                 qkv.layout == ScaleLayout::per_row && qkv.scale_inv.defined() &&
+                 qkv.scale_inv.dtype() == DType::f32 && qkv.scale_inv.numel() == c.dim(0) * c.dim(1) &&
+                 qkv.scale_inv.device() == c.device() && c.device().is_cuda(),
+             "{}: qkv's saved form must be E4M3 codes (B, T, 3C) with an f32 scale_inv per row (fp8_save) on one "
+             "CUDA device, got {} layout, codes {}, scale_inv {}",
+             op, scale_layout_name(qkv.layout), c.defined() ? c.str() : "(none)",
+             qkv.scale_inv.defined() ? qkv.scale_inv.str() : "(none)");
+  return {.e4m3 = c.data<uint8_t>(), .row_scale_inv = qkv.scale_inv.data<float>()};
+}
+
+// Both forms of qkv and out: checks the rest (qkv_shape (B, T, 3C) on `device`), takes the scratch from the caching
+// allocator (served from the pool after the first step) and runs the backward.
+void backward(const char* op, Tensor& dqkv, const Tensor& dout, const k::AttentionQkv& qkv, const Shape& qkv_shape,
+              Device device, const k::AttentionOut& out, const Tensor& lse, int n_head,
+              const k::AttentionKernels& kernels, bool accumulate) {
   expect(dqkv, DType::bf16, op, "dqkv");
   expect(dout, DType::bf16, op, "dout");
   expect(lse, DType::f32, op, "lse");
-  const int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3;
-  expect_shape(dqkv, qkv.shape(), op, "dqkv");
+  const int64_t B = qkv_shape[0], T = qkv_shape[1], C = qkv_shape[2] / 3;
+  expect_shape(dqkv, qkv_shape, op, "dqkv");
   expect_shape(dout, {B, T, C}, op, "dout");
   expect_numel(lse, B * n_head * T, op, "lse");
+  FP8T_CHECK(dqkv.device() == device, "{}: dqkv is on {}, qkv on {}", op, dqkv.device().str(), device.str());
   const int64_t dq_floats = k::attention_dq_scratch_floats(to_int(B, op, "B"), to_int(T, op, "T"), n_head,
                                                           to_int(C / n_head, op, "HS"), kernels);
-  Tensor dq_accum = Tensor::empty({dq_floats}, DType::f32, qkv.device(), MemCategory::activations);
-  Tensor delta = Tensor::empty({B, n_head, T}, DType::f32, qkv.device(), MemCategory::activations);
-  k::attention_backward(dqkv.data<bf16>(), dq_accum.data<float>(), delta.data<float>(), dout.data<bf16>(),
-                        qkv.data<bf16>(), out, lse.data<float>(), to_int(B, op, "B"), to_int(T, op, "T"), n_head,
+  Tensor dq_accum = Tensor::empty({dq_floats}, DType::f32, device, MemCategory::activations);
+  Tensor delta = Tensor::empty({B, n_head, T}, DType::f32, device, MemCategory::activations);
+  k::attention_backward(dqkv.data<bf16>(), dq_accum.data<float>(), delta.data<float>(), dout.data<bf16>(), qkv, out,
+                        lse.data<float>(), to_int(B, op, "B"), to_int(T, op, "T"), n_head,
                         to_int(C / n_head, op, "HS"), k::compute_stream(), kernels, accumulate);
+}
+void backward(const char* op, Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const k::AttentionOut& out,
+              const Tensor& lse, int n_head, const k::AttentionKernels& kernels, bool accumulate) {
+  expect(qkv, DType::bf16, op, "qkv");
+  backward(op, dqkv, dout, k::AttentionQkv{.bf16 = qkv.data<bf16>()}, qkv.shape(), qkv.device(), out, lse, n_head,
+           kernels, accumulate);
+}
+
+// out as the delta pass reads it: bf16 (B, T, C), or the next linear's transposed per-tensor E4M3 codes.
+k::AttentionOut out_of(const char* op, const Tensor& out, const Shape& oshape) {
+  expect(out, DType::bf16, op, "out");
+  expect_shape(out, oshape, op, "out");
+  return {.bf16 = out.data<bf16>()};
+}
+k::AttentionOut out_of(const char* op, const QuantizedTensor& out, const Shape& oshape, Device device) {
+  const int64_t M = oshape[0] * oshape[1], C = oshape[2];
+  FP8T_CHECK(out.codes_t.defined() && out.layout == ScaleLayout::per_tensor && out.codes_t.dtype() == DType::e4m3 &&
+                 out.codes_t.shape() == Shape({C, M}) && out.codes_t.device() == device &&
+                 out.scale_inv.numel() == 1 && out.scale_inv.dtype() == DType::f32 &&
+                 out.scale_inv.device() == device,
+             "{}: out's FP8 form must be per-tensor E4M3 codes transposed to ({}, {}) with one f32 scale_inv on {}, "
+             "got {} codes_t {} scale_inv {}",
+             op, C, M, device.str(), scale_layout_name(out.layout),
+             out.codes_t.defined() ? out.codes_t.str() : "(none)", out.scale_inv.defined() ? out.scale_inv.str() : "(none)");
+  return {.e4m3_t = out.codes_t.data<uint8_t>(), .scale_inv = out.scale_inv.data<float>()};
 }
 
 // (B, T, C) of qkv (B, T, 3C), checked.
@@ -66,28 +110,44 @@ Shape out_shape(const char* op, const Tensor& qkv, int n_head) {
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         int n_head, const k::AttentionKernels& kernels, bool accumulate) {
   const char* op = "attention_backward";
-  const Shape oshape = out_shape(op, qkv, n_head);
-  expect(out, DType::bf16, op, "out");
-  expect_shape(out, oshape, op, "out");
-  backward(op, dqkv, dout, qkv, k::AttentionOut{.bf16 = out.data<bf16>()}, lse, n_head, kernels, accumulate);
+  backward(op, dqkv, dout, qkv, out_of(op, out, out_shape(op, qkv, n_head)), lse, n_head, kernels, accumulate);
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const QuantizedTensor& out,
                         const Tensor& lse, int n_head, const k::AttentionKernels& kernels, bool accumulate) {
   const char* op = "attention_backward";
-  const Shape oshape = out_shape(op, qkv, n_head);
-  const int64_t M = oshape[0] * oshape[1], C = oshape[2];
-  FP8T_CHECK(out.codes_t.defined() && out.layout == ScaleLayout::per_tensor && out.codes_t.dtype() == DType::e4m3 &&
-                 out.codes_t.shape() == Shape({C, M}) && out.codes_t.device() == qkv.device() &&
-                 out.scale_inv.numel() == 1 && out.scale_inv.dtype() == DType::f32 &&
-                 out.scale_inv.device() == qkv.device(),
-             "{}: out's FP8 form must be per-tensor E4M3 codes transposed to ({}, {}) with one f32 scale_inv on {}, "
-             "got {} codes_t {} scale_inv {}",
-             op, C, M, qkv.device().str(), scale_layout_name(out.layout),
-             out.codes_t.defined() ? out.codes_t.str() : "(none)", out.scale_inv.defined() ? out.scale_inv.str() : "(none)");
-  backward(op, dqkv, dout, qkv,
-           k::AttentionOut{.e4m3_t = out.codes_t.data<uint8_t>(), .scale_inv = out.scale_inv.data<float>()}, lse,
-           n_head, kernels, accumulate);
+  backward(op, dqkv, dout, qkv, out_of(op, out, out_shape(op, qkv, n_head), qkv.device()), lse, n_head, kernels,
+           accumulate);
+}
+
+void attention_forward(Tensor& out, Tensor& lse, const QuantizedTensor& qkv, int n_head) {
+  const char* op = "attention_forward";
+  const k::AttentionQkv codes = codes_of(op, qkv);
+  expect(out, DType::bf16, op, "out");
+  expect(lse, DType::f32, op, "lse");
+  const Shape oshape = out_shape(op, qkv.codes, n_head);
+  const int64_t B = oshape[0], T = oshape[1], C = oshape[2];
+  expect_shape(out, oshape, op, "out");
+  expect_numel(lse, B * n_head * T, op, "lse");
+  k::attention_forward(out.data<bf16>(), lse.data<float>(), codes, to_int(B, op, "B"), to_int(T, op, "T"), n_head,
+                       to_int(C / n_head, op, "HS"), k::compute_stream());
+}
+
+void attention_backward(Tensor& dqkv, const Tensor& dout, const QuantizedTensor& qkv, const Tensor& out,
+                        const Tensor& lse, int n_head, bool accumulate) {
+  const char* op = "attention_backward";
+  const k::AttentionQkv codes = codes_of(op, qkv);
+  backward(op, dqkv, dout, codes, qkv.codes.shape(), qkv.device(),
+           out_of(op, out, out_shape(op, qkv.codes, n_head)), lse, n_head, k::AttentionKernels{}, accumulate);
+}
+
+void attention_backward(Tensor& dqkv, const Tensor& dout, const QuantizedTensor& qkv, const QuantizedTensor& out,
+                        const Tensor& lse, int n_head, bool accumulate) {
+  const char* op = "attention_backward";
+  const k::AttentionQkv codes = codes_of(op, qkv);
+  backward(op, dqkv, dout, codes, qkv.codes.shape(), qkv.device(),
+           out_of(op, out, out_shape(op, qkv.codes, n_head), qkv.device()), lse, n_head, k::AttentionKernels{},
+           accumulate);
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,

@@ -40,8 +40,9 @@ struct RowStats {
 // undefined.
 Var add(const Var& a, const Var& b, RowStats* stats = nullptr);
 // qkv (B, T, 3C) laid out [q | k | v], heads contiguous in C  ->  causal attention output (B, T, C)
-// store_fp8 (with a gradient to compute): qkv is kept for backward as FP8 codes and the forward runs on
-// their dequantized values, which overwrite qkv's value in place, as in gelu.
+// store_fp8 (with a gradient to compute): qkv is kept for backward as FP8 codes and forward and backward run on
+// their dequantized values. On CUDA with head size 64 on a Hopper the kernels read the codes themselves;
+// elsewhere the dequantized values overwrite qkv's value in place, as in gelu.
 Var attention(const Var& qkv, int n_head, bool store_fp8 = false);
 // logits (B, T, Vp); targets i32 (B, T) in [0, V)  ->  scalar mean cross-entropy over the real
 // vocabulary V (columns >= V never enter the softmax). Backward writes d(logits) in one pass.

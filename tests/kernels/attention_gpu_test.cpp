@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "util/gpu_test_util.h"
 #include "kernels/attention.cuh"
 #include "kernels/attention_wgmma.cuh"
+#include "fp8/saved.h"
 #include "kernels/stream.cuh"
 #include "ops/attention_cuda.h"
 #include "ops/cpu/attention.h"
@@ -202,6 +204,85 @@ TEST_CASE("attention backward reads O from its transposed FP8 codes", "[gpu][att
   wrong.shape = {B * T, C};
   CHECK_THROWS_WITH(cuda_ops::attention_backward(dqkv, dout, qkv, wrong, lse, NH),
                     Catch::Matchers::ContainsSubstring("transposed to (64, 32)"));
+}
+
+namespace {
+
+// fp8_all's saved qkv read by the kernels themselves must give what the bf16 kernels give on fp8_restore of it:
+// the forward's out and lse bit for bit, the backward's dK and dV bit for bit (dQ is summed over key blocks by
+// asynchronous adds in no fixed order, so a bf16 rounding may differ), in both backward forms of O, adding and writing over NaN.
+void check_codes_match_restore(int B, int T, int NH) {
+  const int HS = 64, C = NH * HS;
+  const int64_t n_qkv = int64_t(B) * T * 3 * C, n_out = int64_t(B) * T * C;
+  auto qkv = randn(n_qkv, 1.0f);
+  for (int64_t r = 0; r < int64_t(B) * T; ++r)  // rows of very different sizes: each has its own scale
+    for (int c = 0; c < 3 * C; ++c) qkv[r * 3 * C + c] *= std::ldexp(1.0f, int(r % 7) - 3);
+  const Tensor tqkv = upload(round_bf16(qkv), {B, T, 3 * C}, DType::bf16);
+  const QuantizedTensor saved = fp8_save(tqkv, nullptr);
+  const Tensor restored = fp8_restore(saved, MemCategory::workspace);
+  INFO("B=" << B << " T=" << T << " NH=" << NH);
+  Tensor out_c = poisoned({B, T, C}, DType::bf16), lse_c = poisoned({B, NH, T}, DType::f32);
+  Tensor out_b = poisoned({B, T, C}, DType::bf16), lse_b = poisoned({B, NH, T}, DType::f32);
+  cuda_ops::attention_forward(out_c, lse_c, saved, NH);
+  cuda_ops::attention_forward(out_b, lse_b, restored, NH);
+  const auto out_host = download(out_b);
+  CHECK(download(out_c) == out_host);  // NaN (a poisoned element left) fails ==
+  CHECK(download(lse_c) == download(lse_b));
+
+  const Tensor dout = upload(round_bf16(randn(n_out)), {B, T, C}, DType::bf16);
+  std::vector<float> out_deq;
+  const QuantizedTensor out_q = out_codes_t(out_host, int64_t(B) * T, C, &out_deq);
+  for (const bool accumulate : {true, false})
+    for (const bool o_codes : {false, true}) {
+      INFO((accumulate ? "accumulating" : "writing over NaN") << (o_codes ? ", O as codes" : ", O as bf16"));
+      const auto dqkv0 = round_bf16(randn(n_qkv, 0.1f));
+      Tensor g_c = accumulate ? upload(dqkv0, {B, T, 3 * C}, DType::bf16) : poisoned({B, T, 3 * C}, DType::bf16);
+      Tensor g_b = accumulate ? upload(dqkv0, {B, T, 3 * C}, DType::bf16) : poisoned({B, T, 3 * C}, DType::bf16);
+      if (o_codes) {
+        cuda_ops::attention_backward(g_c, dout, saved, out_q, lse_c, NH, accumulate);
+        cuda_ops::attention_backward(g_b, dout, restored, out_q, lse_b, NH, accumulate);
+      } else {
+        cuda_ops::attention_backward(g_c, dout, saved, out_c, lse_c, NH, accumulate);
+        cuda_ops::attention_backward(g_b, dout, restored, out_b, lse_b, NH, accumulate);
+      }
+      const auto got = download(g_c), want = download(g_b);
+      std::vector<float> dq_got, dq_want;
+      int64_t kv_differ = 0, nonfinite = 0;
+      for (int64_t r = 0; r < int64_t(B) * T; ++r)
+        for (int c = 0; c < 3 * C; ++c) {
+          const int64_t i = r * 3 * C + c;
+          nonfinite += !std::isfinite(got[i]);
+          if (c < C) {
+            dq_got.push_back(got[i]);
+            dq_want.push_back(want[i]);
+          } else {
+            kv_differ += !(got[i] == want[i]);
+          }
+        }
+      CHECK(nonfinite == 0);
+      CHECK(kv_differ == 0);
+      CHECK(rel_err(dq_got, dq_want) < 1e-3);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("attention reads fp8_all's saved qkv codes as fp8_restore gives them", "[gpu][attention][fp8][saved]") {
+  Tensor probe = Tensor::empty({1, 1, 3 * 64}, DType::bf16, kGpu);
+  if (!cuda_ops::attention_reads_codes(probe, 1)) SKIP("the codes path needs the warpgroup-MMA kernels (a Hopper)");
+  for (auto [B, T, NH] : {std::tuple{2, 8, 3}, std::tuple{3, 80, 3}, std::tuple{2, 1024, 2}, std::tuple{1, 333, 5}})
+    check_codes_match_restore(B, T, NH);
+  // Head size 128 runs the mma.sync kernels, which take bf16 only; a per-tensor form is refused, naming it.
+  const int B = 2, T = 16;
+  Tensor x128 = upload(round_bf16(randn(int64_t(B) * T * 3 * 128)), {B, T, 3 * 128}, DType::bf16);
+  CHECK_FALSE(cuda_ops::attention_reads_codes(x128, 1));
+  Tensor out = poisoned({B, T, 128}, DType::bf16), lse = poisoned({B, 1, T}, DType::f32);
+  CHECK_THROWS_WITH(cuda_ops::attention_forward(out, lse, fp8_save(x128, nullptr), 1),
+                    Catch::Matchers::ContainsSubstring("needs the warpgroup-MMA kernels"));
+  QuantizedTensor per_tensor = fp8_save(x128, nullptr);
+  per_tensor.layout = ScaleLayout::per_tensor;
+  CHECK_THROWS_WITH(cuda_ops::attention_forward(out, lse, per_tensor, 2),
+                    Catch::Matchers::ContainsSubstring("scale_inv per row"));
 }
 
 // Deep grids (at least 8 blocks per resident block slot) run the backward's blocks in bands of key blocks and
