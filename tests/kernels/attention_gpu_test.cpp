@@ -234,6 +234,7 @@ void check_codes_match_restore(int B, int T, int NH) {
   const QuantizedTensor out_q = out_codes_t(out_host, int64_t(B) * T, C, &out_deq);
   for (const bool accumulate : {true, false})
     for (const bool o_codes : {false, true}) {
+      if (o_codes && int64_t(B) * T % 16 != 0) continue;  // O's transposed codes need B * T a multiple of 16
       INFO((accumulate ? "accumulating" : "writing over NaN") << (o_codes ? ", O as codes" : ", O as bf16"));
       const auto dqkv0 = round_bf16(randn(n_qkv, 0.1f));
       Tensor g_c = accumulate ? upload(dqkv0, {B, T, 3 * C}, DType::bf16) : poisoned({B, T, 3 * C}, DType::bf16);
