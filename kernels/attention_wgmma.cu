@@ -41,13 +41,14 @@ __global__ void __launch_bounds__(kFwdThreads, 2)
   const float sl2 = scale * kLog2e;
 
   CodesTile<kFwdThreads> next_k, next_v;  // kCodes: the next step's K and V codes
-  if constexpr (kCodes) {
-    next_k.fetch(qc_base, row_sinv, ld, q0, T);
-    next_k.stage(sQ);
-    next_k.fetch(qc_base, row_sinv, ld, q0 + 64, T);
-    next_k.stage(sQ + kTileBytes);
+  if constexpr (kCodes) {  // every first load in flight before the first store
+    CodesTile<kFwdThreads> q_lo, q_hi;
+    q_lo.fetch(qc_base, row_sinv, ld, q0, T);
+    q_hi.fetch(qc_base, row_sinv, ld, q0 + 64, T);
     next_k.fetch(qc_base + C, row_sinv, ld, 0, T);
     next_v.fetch(qc_base + 2 * C, row_sinv, ld, 0, T);
+    q_lo.stage(sQ);
+    q_hi.stage(sQ + kTileBytes);
     next_k.stage(sK);
     next_v.stage(sV);
   } else {

@@ -28,7 +28,7 @@ constexpr int smem_bytes(DqLayout layout) { return kSmemBytes + (layout == DqLay
 // kMinBlocks: the blocks per SM that __launch_bounds__ fits registers to. kLayout: how dQ leaves, by f32 atomics
 // into rows, or through the dQ tile in shared memory, added by one bulk asynchronous reduction
 // (cp.reduce.async.bulk) into dq_accum's 64 x 64 tile of (b*h, query block). kCodes: qkv is read from E4M3 codes
-// with a scale per row (AttentionQkv), dequantized into the same tiles as they load.
+// with a scale per row (AttentionQkv), dequantized into the same tiles as they load (through registers).
 template <int kMinBlocks, DqLayout kLayout, bool kCodes>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     attention_backward_wgmma_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
@@ -57,23 +57,21 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int n_qb = ceil_div(T, kRows);
   const float sl2 = scale * kLog2e;
 
-  // Q and dO of query rows q0.. into stage st (kCodes: Q's codes through registers).
+  // Q (kCodes: by the caller, through next_q) and dO of query rows q0.. into stage st.
+  CodesTile<> next_q;  // kCodes
   auto load_rows = [&](int q0, int st) {
     if constexpr (!kCodes) load_tile_sw128(sQ + st * kTileBytes, q_base, blk.ld, q0, T);
     load_tile_sw128(sdO + st * kTileBytes, do_base, blk.C, q0, T);
     cp_async_commit();
-    if constexpr (kCodes) {
-      CodesTile<> q;
-      q.fetch(qc_base, row_sinv, blk.ld, q0, T);
-      q.stage(sQ + st * kTileBytes);
-    }
   };
-  if constexpr (kCodes) {
-    CodesTile<> kv;
-    kv.fetch(qc_base + blk.C, row_sinv, blk.ld, blk.k0, T);
-    kv.stage(sK);
-    kv.fetch(qc_base + 2 * blk.C, row_sinv, blk.ld, blk.k0, T);
-    kv.stage(sV);
+  if constexpr (kCodes) {  // every first load in flight before the first store
+    CodesTile<> k_codes, v_codes;
+    k_codes.fetch(qc_base + blk.C, row_sinv, blk.ld, blk.k0, T);
+    v_codes.fetch(qc_base + 2 * blk.C, row_sinv, blk.ld, blk.k0, T);
+    next_q.fetch(qc_base, row_sinv, blk.ld, blk.kb * kRows, T);
+    k_codes.stage(sK);
+    v_codes.stage(sV);
+    next_q.stage(sQ);
   } else {
     load_tile_sw128(sK, q_base + blk.C, blk.ld, blk.k0, T);
     load_tile_sw128(sV, q_base + 2 * blk.C, blk.ld, blk.k0, T);
@@ -97,6 +95,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     float next_lse = INFINITY, next_delta = 0.0f;
     if (qb + 1 < n_qb) {
       load_rows(q0 + kRows, st ^ 1);
+      if constexpr (kCodes) {
+        next_q.fetch(qc_base, row_sinv, blk.ld, q0 + kRows, T);
+        next_q.stage(sQ + (st ^ 1) * kTileBytes);
+      }
       const int qi = q0 + kRows + threadIdx.x;
       if (threadIdx.x < kRows && qi < T) {
         next_lse = lse_bh[qi] * kLog2e;

@@ -53,13 +53,11 @@ struct CodesTile {
 #pragma unroll
     for (int it = 0; it < kIt; ++it) {
       const int i = tid + it * THREADS, r = i / 8, c = i % 8;
-      uint32_t w[4];
+      uint32_t w[4];  // values 2k and 2k + 1 (codes 2k, 2k + 1 of the chunk)
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const uint32_t word = k < 2 ? codes[it].x : codes[it].y, sh = 16 * (k % 2);
-        const uint32_t lo = __bfloat16_as_ushort(dequant_bf16<Fp8Format::e4m3>((word >> sh) & 0xFFu, sinv[it]));
-        const uint32_t hi = __bfloat16_as_ushort(dequant_bf16<Fp8Format::e4m3>((word >> (sh + 8)) & 0xFFu, sinv[it]));
-        w[k] = lo | hi << 16;
+        const uint32_t word = k < 2 ? codes[it].x : codes[it].y;
+        w[k] = dequant_bf16x2<Fp8Format::e4m3>(static_cast<uint16_t>(word >> 16 * (k % 2)), sinv[it]);
       }
       *reinterpret_cast<uint4*>(tile + r * 128 + ((c ^ (r & 7)) << 4)) = make_uint4(w[0], w[1], w[2], w[3]);
     }

@@ -67,4 +67,14 @@ __device__ __forceinline__ __nv_bfloat16 dequant_bf16(uint8_t c, float scale_inv
   return __float2bfloat16_rn(__fmul_rn(from_fp8<F>(c), scale_inv));
 }
 
+// Two codes (a in the low byte of `pair`) dequantized with one scale_inv: lane by lane dequant_bf16<F>, a in the
+// low half. The codes convert together (on sm_89+ the one cvt.rn.f16x2 that from_fp8 issues per code), the
+// products round together (cvt.rn.bf16x2.f32, lane for lane the rounding of __float2bfloat16_rn).
+template <Fp8Format F>
+__device__ __forceinline__ uint32_t dequant_bf16x2(uint16_t pair, float scale_inv) {
+  const float2 v = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, kFp8Interp<F>)));
+  const __nv_bfloat162 b = __floats2bfloat162_rn(__fmul_rn(v.x, scale_inv), __fmul_rn(v.y, scale_inv));
+  return uint32_t{__bfloat16_as_ushort(b.x)} | uint32_t{__bfloat16_as_ushort(b.y)} << 16;
+}
+
 }  // namespace fp8t::kernels
