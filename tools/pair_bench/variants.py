@@ -4,8 +4,7 @@ pair_base, and variants of the same body:
   pair_nostats      the second (E4M3) cast without its statistics, which the kernel never flushes;
   pair_lb4          __launch_bounds__(kThreads, 4): at most 64 registers, 4 blocks per SM (70 and 3 as built);
   pair_lb4_nostats  both.
-  pair_vect         vec_t fixed true in its two store_transposed calls (the launcher only ever passes true): the
-                    byte-by-byte fallback is not compiled, 64 registers without launch bounds.
+(The seventeenth session's first run also had pair_vect, vec_t fixed true: the kernel has done so since 50090b3.)
 Usage: variants.py KERNEL_SOURCE OUT_HEADER"""
 import sys
 
@@ -14,9 +13,7 @@ start = src.index("template <Fp8Format F, bool kColsum>\n__global__")
 kernel = src[start:src.index("\n}\n", start) + 3]
 bounds, name = "__launch_bounds__(kThreads)", "saved_gelu_pair_kernel("
 stats_cast = "gelu_codes[j] = convert8<Fp8Format::e4m3>(g, gelu_scale, gelu_st);"
-stores = ("store_transposed(s_t, out_t, r0, c0, rows, cols, vec_t)",
-          "store_transposed(s_g, gelu_t, r0, c0, rows, cols, vec_t)")
-for needle in (bounds, name, stats_cast, "ThreadStats st, gelu_st;") + stores:
+for needle in (bounds, name, stats_cast, "ThreadStats st, gelu_st;"):
     if needle not in kernel:
         sys.exit(f"variants.py: '{needle}' is not in the pair kernel of {sys.argv[1]}; update the variants")
 no_stats = "gelu_codes[j] = encode8<Fp8Format::e4m3>(g, gelu_scale);"
@@ -26,8 +23,6 @@ variants = {
     "pair_lb4": kernel.replace(bounds, "__launch_bounds__(kThreads, 4)"),
     "pair_lb4_nostats": kernel.replace(bounds, "__launch_bounds__(kThreads, 4)").replace(stats_cast, no_stats)
     .replace("ThreadStats st, gelu_st;", "ThreadStats st;"),
-    "pair_vect": kernel.replace(stores[0], stores[0].replace("vec_t)", "true)"))
-    .replace(stores[1], stores[1].replace("vec_t)", "true)")),
 }
 helper = """// convert8 without the statistics: the same codes.
 template <Fp8Format F>
