@@ -45,42 +45,30 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
       // dequantized values: delta = rowsum(dO * O) then reads the O that the projection read. On CUDA it
       // reads those codes themselves (y's released form), in f32 as the CPU reads the dequantized values.
       const auto* out_codes = std::any_cast<QuantizedTensor>(&y->released_form);
-      // On CUDA the kernels write qkv's gradient when it has none yet (no zero fill first), else add to it.
-      auto cuda_grad = [&](bool& accumulate) -> Tensor& {
-        accumulate = grad_exists(qg);
-        if (!accumulate) qg.cell->grad = Tensor::empty(qg.shape, qg.dtype, qg.device, MemCategory::activations);
-        return qg.cell->grad;
-      };
-      if (read_codes) {
-        on_cuda("attention backward", [&] {
-          bool accumulate = true;
-          Tensor& dqkv = cuda_grad(accumulate);
-          if (out_codes)
-            cuda_ops::attention_backward(dqkv, dout, saved, *out_codes, lse, n_head, accumulate);
-          else
-            cuda_ops::attention_backward(dqkv, dout, saved, value_of(y), lse, n_head, accumulate);
-        });
-        return;
-      }
-      const Tensor qv = qkv_kept ? value_of(qkv_kept) : fp8_restore(saved, MemCategory::workspace);
-      if (dout.device().is_cuda() && out_codes) {
-        on_cuda("attention backward", [&] {
-          bool accumulate = true;
-          Tensor& dqkv = cuda_grad(accumulate);
-          cuda_ops::attention_backward(dqkv, dout, qv, *out_codes, lse, n_head, accumulate);
-        });
-        return;
-      }
-      const Tensor& ov = value_of(y);
+      // qkv's values: kept, or restored from the codes.
+      auto qkv_value = [&] { return qkv_kept ? value_of(qkv_kept) : fp8_restore(saved, MemCategory::workspace); };
       dispatch(
           "attention backward", dout,
           [&] {
-            bool accumulate = true;
-            Tensor& dqkv = cuda_grad(accumulate);
-            cuda_ops::attention_backward(dqkv, dout, qv, ov, lse, n_head, accumulate);
+            // The kernels write qkv's gradient when it has none yet (no zero fill first), else add to it. They
+            // read qkv from its codes (read_codes) or as bf16, and O from its codes or as bf16.
+            const bool accumulate = grad_exists(qg);
+            if (!accumulate) qg.cell->grad = Tensor::empty(qg.shape, qg.dtype, qg.device, MemCategory::activations);
+            Tensor& dqkv = qg.cell->grad;
+            const auto run = [&](const auto& q) {
+              if (out_codes)
+                cuda_ops::attention_backward(dqkv, dout, q, *out_codes, lse, n_head, accumulate);
+              else
+                cuda_ops::attention_backward(dqkv, dout, q, value_of(y), lse, n_head, accumulate);
+            };
+            if (read_codes)
+              run(saved);
+            else
+              run(qkv_value());
           },
           [&]<typename F>() {
-            cpu::attention_backward<F>(grad_of(qg).data<F>(), cptr<F>(dout), cptr<F>(qv), cptr<F>(ov),
+            const Tensor qv = qkv_value();
+            cpu::attention_backward<F>(grad_of(qg).data<F>(), cptr<F>(dout), cptr<F>(qv), cptr<F>(value_of(y)),
                                        cptr<F>(lse), B, T, C, n_head);
           });
     });
