@@ -89,35 +89,18 @@ __global__ void __launch_bounds__(kThreads)
         pq[j] = inside ? *reinterpret_cast<const uint4*>(ops.pre + r * cols + c) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t dw[4] = {dq[j].x, dq[j].y, dq[j].z, dq[j].w}, pw[4] = {pq[j].x, pq[j].y, pq[j].z, pq[j].w};
+      for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {  // bf16 element e is the low (even e) or high half of word e / 2
-          const uint32_t d = e % 2 ? dw[e / 2] & 0xFFFF0000u : dw[e / 2] << 16;
-          const uint32_t pre = e % 2 ? pw[e / 2] & 0xFFFF0000u : pw[e / 2] << 16;
-          x[j][e] = dgelu_value_bf16(__uint_as_float(d), __uint_as_float(pre));
-        }
-      }
+        for (int e = 0; e < 8; ++e) x[j][e] = dgelu_value_bf16(bf16_at(dq[j], e), bf16_at(pq[j], e));
     } else if constexpr (kIn == Fp8CastInput::saved_dgelu) {
       // Four 16-byte loads of gradients and four 8-byte loads of pre's codes issued before any use.
       uint4 dq[4];
       SavedPre pre;
+      load_dy_and_pre(dq, pre, in, r0, ty, c, rows, cols, ops);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int64_t r = r0 + 4 * ty + j;
-        const bool inside = r < rows && c < cols;
-        dq[j] = inside ? *reinterpret_cast<const uint4*>(in + r * cols + c) : make_uint4(0, 0, 0, 0);
-        pre.load(j, inside, r, c, cols, ops);
-      }
+      for (int j = 0; j < 4; ++j)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t dw[4] = {dq[j].x, dq[j].y, dq[j].z, dq[j].w};
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const uint32_t d = e % 2 ? dw[e / 2] & 0xFFFF0000u : dw[e / 2] << 16;
-          x[j][e] = dgelu_value_bf16(__uint_as_float(d), pre.value(j, e));
-        }
-      }
+        for (int e = 0; e < 8; ++e) x[j][e] = dgelu_value_bf16(bf16_at(dq[j], e), pre.value(j, e));
     } else if constexpr (kIn == Fp8CastInput::saved_gelu) {
       // Four 8-byte loads of codes (and the rows' scales) issued before any use; the padding stays zero.
       SavedPre pre;

@@ -29,22 +29,14 @@ __global__ void __launch_bounds__(kThreads)
   float col_sum[8] = {};
   uint4 dq[4];
   SavedPre pre;
+  load_dy_and_pre(dq, pre, in, r0, ty, c, rows, cols, ops);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const int64_t r = r0 + 4 * ty + j;
-    const bool inside = r < rows && c < cols;
-    dq[j] = inside ? *reinterpret_cast<const uint4*>(in + r * cols + c) : make_uint4(0, 0, 0, 0);
-    pre.load(j, inside, r, c, cols, ops);
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t dw[4] = {dq[j].x, dq[j].y, dq[j].z, dq[j].w};
     float x[8], g[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      const uint32_t d = e % 2 ? dw[e / 2] & 0xFFFF0000u : dw[e / 2] << 16;
       const float p = pre.value(j, e);
-      x[e] = dgelu_value_bf16(__uint_as_float(d), p);
+      x[e] = dgelu_value_bf16(bf16_at(dq[j], e), p);
       g[e] = __bfloat162float(__float2bfloat16_rn(gelu(p)));
     }
     codes[j] = convert8<F>(x, scale, st);

@@ -41,6 +41,25 @@ struct SavedPre {
   }
 };
 
+// Element e (0..7) of 8 packed bf16 values as a float (exact): the low (even e) or high half of word e / 2.
+__device__ __forceinline__ float bf16_at(const uint4& q, int e) {
+  const uint32_t w = e < 2 ? q.x : e < 4 ? q.y : e < 6 ? q.z : q.w;
+  return __uint_as_float(e % 2 ? w & 0xFFFF0000u : w << 16);
+}
+
+// The saved GELU casts' loads, all issued before any use: a thread's rows r0 + 4 ty + j (j < 4) of 8 gradients at
+// column c (in, bf16) and pre's codes there (SavedPre); zero outside the tensor (cols % 8 == 0: all 8 or none).
+__device__ __forceinline__ void load_dy_and_pre(uint4 (&dq)[4], SavedPre& pre, const bf16* in, int64_t r0, int ty,
+                                                int64_t c, int64_t rows, int64_t cols, const Fp8CastOperands& ops) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t r = r0 + 4 * ty + j;
+    const bool inside = r < rows && c < cols;
+    dq[j] = inside ? *reinterpret_cast<const uint4*>(in + r * cols + c) : make_uint4(0, 0, 0, 0);
+    pre.load(j, inside, r, c, cols, ops);
+  }
+}
+
 // Stages a thread's (4, 8) block of codes transposed in s_t: column e's word holds rows 4 * ty + 0..3, low byte
 // first (a 4x4 byte transpose per half). The tile's chunks are then stored by store_transposed after a barrier.
 __device__ __forceinline__ void stage_transposed(uint4* s_t, const uint2 (&codes)[4], int tx, int ty) {
