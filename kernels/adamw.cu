@@ -38,6 +38,29 @@ __device__ __forceinline__ int segment_of(const AdamWSegment* segs, int count, i
   return lo;
 }
 
+// Element i's moments in f32 as the state holds them (fp8: the first moment's E4M3 code times its block's scale).
+template <StateDtype S>
+__device__ __forceinline__ void moments_at(const AdamWBuffers& b, int64_t i, float scale, float& m, float& v) {
+  if constexpr (S == StateDtype::fp32) {
+    m = static_cast<const float*>(b.m)[i];
+    v = static_cast<const float*>(b.v)[i];
+  } else {
+    m = S == StateDtype::bf16 ? bf16_value(static_cast<const uint16_t*>(b.m)[i])
+                              : f32_mul(from_fp8<Fp8Format::e4m3>(static_cast<const uint8_t*>(b.m)[i]), scale);
+    v = bf16_value(static_cast<const uint16_t*>(b.v)[i]);
+  }
+}
+
+// With an fp8 first moment: block blk's new scale from the warp's amax of the updated moments (lane 0 stores it;
+// the whole warp must be here), returned as the inverse the codes are written with. 0 for the other dtypes.
+template <StateDtype S>
+__device__ __forceinline__ float new_block_inv_scale(const AdamWBuffers& b, int64_t blk, float amax, int lane) {
+  if constexpr (S != StateDtype::fp8) return 0.0f;
+  const float new_scale = moment_block_scale(warp_max(amax)), new_inv = moment_inv_scale(new_scale);
+  if (lane == 0) b.m_scale[blk] = new_scale;
+  return new_inv;
+}
+
 template <class G, StateDtype S>
 __global__ void adamw_kernel(AdamWBuffers b, AdamWHyper h) {
   const int lane = threadIdx.x % kWarp;
@@ -58,14 +81,7 @@ __global__ void adamw_kernel(AdamWBuffers b, AdamWHyper h) {
       while (b.segments[s].end <= i) ++s;
       const AdamWSegment& seg = b.segments[s];
       float m, v;
-      if constexpr (S == StateDtype::fp32) {
-        m = static_cast<const float*>(b.m)[i];
-        v = static_cast<const float*>(b.v)[i];
-      } else {
-        m = S == StateDtype::bf16 ? bf16_value(static_cast<const uint16_t*>(b.m)[i])
-                                  : f32_mul(from_fp8<Fp8Format::e4m3>(static_cast<const uint8_t*>(b.m)[i]), scale);
-        v = bf16_value(static_cast<const uint16_t*>(b.v)[i]);
-      }
+      moments_at<S>(b, i, scale, m, v);
       const AdamWElement e = adamw_element(b.params[i], grad_at(grads, i), m, v, seg.weight_decay, h);
       b.params[i] = e.param;
       if (b.params_bf16 && seg.compute >= 0)
@@ -74,12 +90,7 @@ __global__ void adamw_kernel(AdamWBuffers b, AdamWHyper h) {
       rv[j] = e.v;
       amax = fmaxf(amax, fabsf(e.m));
     }
-    float new_inv = 0.0f;
-    if constexpr (S == StateDtype::fp8) {
-      const float new_scale = moment_block_scale(warp_max(amax));  // the whole warp is here: blk is warp-uniform
-      new_inv = moment_inv_scale(new_scale);
-      if (lane == 0) b.m_scale[blk] = new_scale;
-    }
+    const float new_inv = new_block_inv_scale<S>(b, blk, amax, lane);  // blk is warp-uniform
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int64_t i = first + j * kWarp + lane;
@@ -154,15 +165,7 @@ __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
         if (i >= b.n) break;
         p[t] = b.params[i];
         g[t] = grad_at(grads, i);
-        if constexpr (S == StateDtype::fp32) {
-          m[t] = static_cast<const float*>(b.m)[i];
-          v[t] = static_cast<const float*>(b.v)[i];
-        } else {
-          m[t] = S == StateDtype::bf16
-                     ? bf16_value(static_cast<const uint16_t*>(b.m)[i])
-                     : f32_mul(from_fp8<Fp8Format::e4m3>(static_cast<const uint8_t*>(b.m)[i]), scale);
-          v[t] = bf16_value(static_cast<const uint16_t*>(b.v)[i]);
-        }
+        moments_at<S>(b, i, scale, m[t], v[t]);
       }
     }
     if (i0 < b.n && b.segments[s].end <= i0) s = segment_of(b.segments + s, b.num_segments - s, i0) + s;
@@ -185,12 +188,7 @@ __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
       copy[t] = __bfloat16_as_ushort(__float2bfloat16_rn(e.param));
       if (b.params_bf16 && seg.compute >= 0 && !whole) b.params_bf16[seg.compute + (i - seg.begin)] = copy[t];
     }
-    float new_inv = 0.0f;
-    if constexpr (S == StateDtype::fp8) {
-      const float new_scale = moment_block_scale(warp_max(amax));  // the whole warp is here: blk is warp-uniform
-      new_inv = moment_inv_scale(new_scale);
-      if (lane == 0) b.m_scale[blk] = new_scale;
-    }
+    const float new_inv = new_block_inv_scale<S>(b, blk, amax, lane);  // blk is warp-uniform
     uint16_t m16[4] = {}, v16[4] = {};
     uint32_t m8 = 0;
     if constexpr (S != StateDtype::fp32) {
