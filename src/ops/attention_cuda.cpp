@@ -12,18 +12,34 @@ using namespace ops_detail;
 using bf16 = __nv_bfloat16;
 namespace k = fp8t::kernels;
 
+namespace {
+
+// (B, T, C) of qkv (B, T, 3C), checked.
+Shape out_shape(const char* op, const Tensor& qkv, int n_head) {
+  FP8T_CHECK(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0, "{}: qkv must be (B, T, 3C), got {}", op, qkv.str());
+  const int64_t C = qkv.dim(2) / 3;
+  FP8T_CHECK(n_head > 0 && C % n_head == 0, "{}: C={} is not divisible by n_head={}", op, C, n_head);
+  return {qkv.dim(0), qkv.dim(1), C};
+}
+
+// Both forms of qkv (oshape: its (B, T, C), checked): checks out and lse, then runs the forward.
+void forward(const char* op, Tensor& out, Tensor& lse, const k::AttentionQkv& qkv, const Shape& oshape, int n_head,
+             const k::AttentionKernels& kernels) {
+  expect(out, DType::bf16, op, "out");
+  expect(lse, DType::f32, op, "lse");
+  const int64_t B = oshape[0], T = oshape[1], C = oshape[2];
+  expect_shape(out, oshape, op, "out");
+  expect_numel(lse, B * n_head * T, op, "lse");
+  k::attention_forward(out.data<bf16>(), lse.data<float>(), qkv, to_int(B, op, "B"), to_int(T, op, "T"), n_head,
+                       to_int(C / n_head, op, "HS"), k::compute_stream(), kernels);
+}
+
+}  // namespace
+
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head, const k::AttentionKernels& kernels) {
   const char* op = "attention_forward";
   expect(qkv, DType::bf16, op, "qkv");
-  expect(out, DType::bf16, op, "out");
-  expect(lse, DType::f32, op, "lse");
-  FP8T_CHECK(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0, "{}: qkv must be (B, T, 3C), got {}", op, qkv.str());
-  const int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3;
-  FP8T_CHECK(n_head > 0 && C % n_head == 0, "{}: C={} is not divisible by n_head={}", op, C, n_head);
-  expect_shape(out, {B, T, C}, op, "out");
-  expect_numel(lse, B * n_head * T, op, "lse");
-  k::attention_forward(out.data<bf16>(), lse.data<float>(), qkv.data<bf16>(), to_int(B, op, "B"), to_int(T, op, "T"),
-                       n_head, to_int(C / n_head, op, "HS"), k::compute_stream(), kernels);
+  forward(op, out, lse, k::AttentionQkv{.bf16 = qkv.data<bf16>()}, out_shape(op, qkv, n_head), n_head, kernels);
 }
 
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head) {
@@ -31,7 +47,8 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head) 
 }
 
 bool attention_reads_codes(const Tensor& qkv, int n_head) {
-  return qkv.ndim() == 3 && n_head > 0 && qkv.dim(2) == 3 * int64_t{n_head} * 64 && k::attention_reads_codes(64);
+  if (qkv.ndim() != 3 || n_head <= 0 || qkv.dim(2) % (3 * int64_t{n_head}) != 0) return false;
+  return k::attention_reads_codes(static_cast<int>(qkv.dim(2) / (3 * int64_t{n_head})));
 }
 
 namespace {
@@ -97,14 +114,6 @@ k::AttentionOut out_of(const char* op, const QuantizedTensor& out, const Shape& 
   return {.e4m3_t = out.codes_t.data<uint8_t>(), .scale_inv = out.scale_inv.data<float>()};
 }
 
-// (B, T, C) of qkv (B, T, 3C), checked.
-Shape out_shape(const char* op, const Tensor& qkv, int n_head) {
-  FP8T_CHECK(qkv.ndim() == 3 && qkv.dim(2) % 3 == 0, "{}: qkv must be (B, T, 3C), got {}", op, qkv.str());
-  const int64_t C = qkv.dim(2) / 3;
-  FP8T_CHECK(n_head > 0 && C % n_head == 0, "{}: C={} is not divisible by n_head={}", op, C, n_head);
-  return {qkv.dim(0), qkv.dim(1), C};
-}
-
 }  // namespace
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
@@ -123,14 +132,7 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
 void attention_forward(Tensor& out, Tensor& lse, const QuantizedTensor& qkv, int n_head) {
   const char* op = "attention_forward";
   const k::AttentionQkv codes = codes_of(op, qkv);
-  expect(out, DType::bf16, op, "out");
-  expect(lse, DType::f32, op, "lse");
-  const Shape oshape = out_shape(op, qkv.codes, n_head);
-  const int64_t B = oshape[0], T = oshape[1], C = oshape[2];
-  expect_shape(out, oshape, op, "out");
-  expect_numel(lse, B * n_head * T, op, "lse");
-  k::attention_forward(out.data<bf16>(), lse.data<float>(), codes, to_int(B, op, "B"), to_int(T, op, "T"), n_head,
-                       to_int(C / n_head, op, "HS"), k::compute_stream());
+  forward(op, out, lse, codes, out_shape(op, qkv.codes, n_head), n_head, k::AttentionKernels{});
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const QuantizedTensor& qkv, const Tensor& out,

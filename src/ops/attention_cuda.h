@@ -30,7 +30,6 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
                         const Tensor& lse, int n_head, const kernels::AttentionKernels& kernels,
                         bool accumulate = true);
 
-
 // fp8_all's saved qkv read by the kernels themselves (fp8/saved.h: per-row E4M3 codes (B, T, 3C), fp8_save without
 // a round trip), dequantized as they load their tiles to exactly the values fp8_restore gives, so these compute
 // what the bf16 overloads compute on fp8_restore(qkv). Only where attention_reads_codes(qkv, n_head): the
