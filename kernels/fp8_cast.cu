@@ -91,16 +91,26 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) x[j][e] = dgelu_value_bf16(bf16_at(dq[j], e), bf16_at(pq[j], e));
+        for (int e = 0; e < 8; e += 2) {  // the bf16 roundings in pairs
+          const float2 v = dgelu_values_bf16(bf16_at(dq[j], e), bf16_at(pq[j], e), bf16_at(dq[j], e + 1),
+                                             bf16_at(pq[j], e + 1));
+          x[j][e] = v.x, x[j][e + 1] = v.y;
+        }
     } else if constexpr (kIn == Fp8CastInput::saved_dgelu) {
       // Four 16-byte loads of gradients and four 8-byte loads of pre's codes issued before any use.
       uint4 dq[4];
       SavedPre pre;
       load_dy_and_pre(dq, pre, in, r0, ty, c, rows, cols, ops);
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
+      for (int j = 0; j < 4; ++j) {
+        float p[8];
+        pre.values(j, p);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) x[j][e] = dgelu_value_bf16(bf16_at(dq[j], e), pre.value(j, e));
+        for (int e = 0; e < 8; e += 2) {  // the bf16 roundings in pairs
+          const float2 v = dgelu_values_bf16(bf16_at(dq[j], e), p[e], bf16_at(dq[j], e + 1), p[e + 1]);
+          x[j][e] = v.x, x[j][e + 1] = v.y;
+        }
+      }
     } else if constexpr (kIn == Fp8CastInput::saved_gelu) {
       // Four 8-byte loads of codes (and the rows' scales) issued before any use; the padding stays zero.
       SavedPre pre;
@@ -110,9 +120,15 @@ __global__ void __launch_bounds__(kThreads)
         pre.load(j, r < rows && c < cols, r, c, cols, ops);
       }
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
+      for (int j = 0; j < 4; ++j) {
+        float p[8];
+        pre.values(j, p);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) x[j][e] = __bfloat162float(__float2bfloat16_rn(gelu(pre.value(j, e))));
+        for (int e = 0; e < 8; e += 2) {  // the bf16 roundings in pairs
+          const float2 v = bf16_round2(gelu(p[e]), gelu(p[e + 1]));
+          x[j][e] = v.x, x[j][e + 1] = v.y;
+        }
+      }
     } else {  // the four 16-byte loads are all issued before any use
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -132,7 +148,11 @@ __global__ void __launch_bounds__(kThreads)
           if (r < rows) {
             const float m = ops.mean[r], s = ops.rstd[r];
 #pragma unroll
-            for (int e = 0; e < 8; ++e) x[j][e] = layernorm_value_bf16(x[j][e], m, s, lw[e], lb[e]);
+            for (int e = 0; e < 8; e += 2) {  // layernorm_value_bf16, the bf16 roundings in pairs
+              const float2 v = bf16_round2(layernorm_value(x[j][e], m, s, lw[e], lb[e]),
+                                           layernorm_value(x[j][e + 1], m, s, lw[e + 1], lb[e + 1]));
+              x[j][e] = v.x, x[j][e + 1] = v.y;
+            }
           }
         }
       }
@@ -141,7 +161,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < 4; ++j) {
       if constexpr (kIn == Fp8CastInput::gelu) {
 #pragma unroll
-        for (float& e : x[j]) e = cast_input<kIn>(e, 0, 0, 0, ops);
+        for (int e = 0; e < 8; e += 2) {  // cast_input<gelu>, the bf16 roundings in pairs
+          const float2 v = bf16_round2(gelu(x[j][e]), gelu(x[j][e + 1]));
+          x[j][e] = v.x, x[j][e + 1] = v.y;
+        }
       }
       codes[j] = convert8<F>(x[j], scale, st);
       if constexpr (kColsum) {

@@ -12,7 +12,7 @@ namespace {
 // output is theirs bit for bit; gelu and gelu' share their exp. The 16-byte path only (kVec's conditions, out_t and
 // gelu_t 16-byte aligned).
 template <Fp8Format F, bool kColsum>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 4)
     saved_gelu_pair_kernel(const bf16* __restrict__ in, uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
                            uint8_t* __restrict__ gelu_t, int64_t rows, int64_t cols,
                            const float* __restrict__ scale_ptr, const float* __restrict__ gelu_scale_ptr,
@@ -32,12 +32,13 @@ __global__ void __launch_bounds__(kThreads)
   load_dy_and_pre(dq, pre, in, r0, ty, c, rows, cols, ops);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    float x[8], g[8];
+    float p[8], x[8], g[8];
+    pre.values(j, p);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float p = pre.value(j, e);
-      x[e] = dgelu_value_bf16(bf16_at(dq[j], e), p);
-      g[e] = __bfloat162float(__float2bfloat16_rn(gelu(p)));
+    for (int e = 0; e < 8; e += 2) {  // the bf16 roundings in pairs
+      const float2 xd = dgelu_values_bf16(bf16_at(dq[j], e), p[e], bf16_at(dq[j], e + 1), p[e + 1]);
+      const float2 gv = bf16_round2(gelu(p[e]), gelu(p[e + 1]));
+      x[e] = xd.x, x[e + 1] = xd.y, g[e] = gv.x, g[e + 1] = gv.y;
     }
     codes[j] = convert8<F>(x, scale, st);
     gelu_codes[j] = convert8<Fp8Format::e4m3>(g, gelu_scale, gelu_st);

@@ -34,10 +34,15 @@ struct SavedPre {
     codes[j] = inside ? *reinterpret_cast<const uint2*>(ops.pre_codes + r * cols + c) : make_uint2(0, 0);
     scale_inv[j] = inside ? ops.row_scale_inv[r] : 0.0f;
   }
-  // pre at row j, column e, as the unfused kernels read it (dequantized to bf16).
-  __device__ __forceinline__ float value(int j, int e) const {
-    return __bfloat162float(
-        dequant_bf16<Fp8Format::e4m3>(byte_of(e < 4 ? codes[j].x : codes[j].y, e % 4), scale_inv[j]));
+  // pre at row j, columns e = 0..7, as the unfused kernels read it (dequant_bf16, two codes per conversion).
+  __device__ __forceinline__ void values(int j, float (&p)[8]) const {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t word = k < 2 ? codes[j].x : codes[j].y;
+      const uint32_t w = dequant_bf16x2<Fp8Format::e4m3>(static_cast<uint16_t>(word >> 16 * (k % 2)), scale_inv[j]);
+      p[2 * k] = __uint_as_float(w << 16);
+      p[2 * k + 1] = __uint_as_float(w & 0xFFFF0000u);
+    }
   }
 };
 
