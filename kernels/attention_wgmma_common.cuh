@@ -54,11 +54,7 @@ struct CodesTile {
     for (int it = 0; it < kIt; ++it) {
       const int i = tid + it * THREADS, r = i / 8, c = i % 8;
       uint32_t w[4];  // values 2k and 2k + 1 (codes 2k, 2k + 1 of the chunk)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const uint32_t word = k < 2 ? codes[it].x : codes[it].y;
-        w[k] = dequant_bf16x2<Fp8Format::e4m3>(static_cast<uint16_t>(word >> 16 * (k % 2)), sinv[it]);
-      }
+      dequant_bf16x8<Fp8Format::e4m3>(codes[it], sinv[it], w);
       *reinterpret_cast<uint4*>(tile + r * 128 + ((c ^ (r & 7)) << 4)) = make_uint4(w[0], w[1], w[2], w[3]);
     }
   }

@@ -36,12 +36,12 @@ struct SavedPre {
   }
   // pre at row j, columns e = 0..7, as the unfused kernels read it (dequant_bf16, two codes per conversion).
   __device__ __forceinline__ void values(int j, float (&p)[8]) const {
+    uint32_t w[4];
+    dequant_bf16x8<Fp8Format::e4m3>(codes[j], scale_inv[j], w);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint32_t word = k < 2 ? codes[j].x : codes[j].y;
-      const uint32_t w = dequant_bf16x2<Fp8Format::e4m3>(static_cast<uint16_t>(word >> 16 * (k % 2)), scale_inv[j]);
-      p[2 * k] = __uint_as_float(w << 16);
-      p[2 * k + 1] = __uint_as_float(w & 0xFFFF0000u);
+      p[2 * k] = __uint_as_float(w[k] << 16);
+      p[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
     }
   }
 };

@@ -77,4 +77,13 @@ __device__ __forceinline__ uint32_t dequant_bf16x2(uint16_t pair, float scale_in
   return uint32_t{__bfloat16_as_ushort(b.x)} | uint32_t{__bfloat16_as_ushort(b.y)} << 16;
 }
 
+// Eight codes (code k in byte k % 4 of word k / 4 of `codes`) dequantized with one scale_inv, two per conversion
+// (dequant_bf16x2): w[i] holds values 2i (low half) and 2i + 1.
+template <Fp8Format F>
+__device__ __forceinline__ void dequant_bf16x8(uint2 codes, float scale_inv, uint32_t (&w)[4]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    w[k] = dequant_bf16x2<F>(static_cast<uint16_t>((k < 2 ? codes.x : codes.y) >> 16 * (k % 2)), scale_inv);
+}
+
 }  // namespace fp8t::kernels
