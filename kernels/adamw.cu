@@ -110,29 +110,71 @@ __global__ void adamw_kernel(AdamWBuffers b, AdamWHyper h) {
   }
 }
 
-// Four consecutive elements at p (aligned to their size: the caller checks), widened to f32.
-__device__ __forceinline__ void load4(const float* p, float (&o)[4]) {
-  const float4 x = *reinterpret_cast<const float4*>(p);
-  o[0] = x.x, o[1] = x.y, o[2] = x.z, o[3] = x.w;
-}
-__device__ __forceinline__ void load4(const uint16_t* p, float (&o)[4]) {  // bf16 bits
-  const uint2 x = *reinterpret_cast<const uint2*>(p);
-  o[0] = bf16_value(x.x & 0xFFFFu), o[1] = bf16_value(x.x >> 16), o[2] = bf16_value(x.y & 0xFFFFu),
-  o[3] = bf16_value(x.y >> 16);
-}
-__device__ __forceinline__ void load4(const bf16* p, float (&o)[4]) { load4(reinterpret_cast<const uint16_t*>(p), o); }
-__device__ __forceinline__ void load4_e4m3(const uint8_t* p, float scale, float (&o)[4]) {
-  const uint32_t x = *reinterpret_cast<const uint32_t*>(p);
-#pragma unroll
-  for (int t = 0; t < 4; ++t) o[t] = f32_mul(from_fp8<Fp8Format::e4m3>(static_cast<uint8_t>(x >> (8 * t))), scale);
-}
 __device__ __forceinline__ void store4(uint16_t* p, const uint16_t (&h)[4]) {
   *reinterpret_cast<uint2*>(p) = make_uint2(h[0] | uint32_t{h[1]} << 16, h[2] | uint32_t{h[3]} << 16);
 }
 
+// One lane's four elements of a block from every buffer (adamw_vec4_kernel's 16-, 8- and 4-byte accesses), kept as
+// loaded until decode(), so that the next block's loads are in flight while this one computes.
+template <class G, StateDtype S>
+struct Lane4Loads {
+  float4 p;
+  uint4 g, m, v;  // raw bits: four f32, or bf16 pairs in x and y, or (m, fp8) four codes in x
+
+  __device__ __forceinline__ void load(const AdamWBuffers& b, const G* grads, int64_t i0) {
+    p = *reinterpret_cast<const float4*>(b.params + i0);
+    if constexpr (std::is_same_v<G, float>) {
+      g = *reinterpret_cast<const uint4*>(grads + i0);
+    } else {
+      const uint2 x = *reinterpret_cast<const uint2*>(grads + i0);
+      g = make_uint4(x.x, x.y, 0, 0);
+    }
+    if constexpr (S == StateDtype::fp32) {
+      m = *reinterpret_cast<const uint4*>(static_cast<const float*>(b.m) + i0);
+      v = *reinterpret_cast<const uint4*>(static_cast<const float*>(b.v) + i0);
+    } else {
+      if constexpr (S == StateDtype::bf16) {
+        const uint2 x = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(b.m) + i0);
+        m = make_uint4(x.x, x.y, 0, 0);
+      } else {
+        m = make_uint4(*reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(b.m) + i0), 0, 0, 0);
+      }
+      const uint2 y = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(b.v) + i0);
+      v = make_uint4(y.x, y.y, 0, 0);
+    }
+  }
+  // Widened to f32 (scale: the block's, fp8 only): the m code times scale, bf16 values exactly.
+  __device__ __forceinline__ void decode(float scale, float (&po)[4], float (&go)[4], float (&mo)[4],
+                                         float (&vo)[4]) const {
+    po[0] = p.x, po[1] = p.y, po[2] = p.z, po[3] = p.w;
+    const auto f32x4 = [](const uint4& w, float (&o)[4]) {
+      o[0] = __uint_as_float(w.x), o[1] = __uint_as_float(w.y), o[2] = __uint_as_float(w.z), o[3] = __uint_as_float(w.w);
+    };
+    const auto bf16x4 = [](const uint4& w, float (&o)[4]) {
+      o[0] = bf16_value(w.x & 0xFFFFu), o[1] = bf16_value(w.x >> 16), o[2] = bf16_value(w.y & 0xFFFFu),
+      o[3] = bf16_value(w.y >> 16);
+    };
+    if constexpr (std::is_same_v<G, float>) f32x4(g, go);
+    else bf16x4(g, go);
+    if constexpr (S == StateDtype::fp32) {
+      f32x4(m, mo);
+      f32x4(v, vo);
+    } else {
+      if constexpr (S == StateDtype::bf16) {
+        bf16x4(m, mo);
+      } else {
+#pragma unroll
+        for (int t = 0; t < 4; ++t) mo[t] = f32_mul(from_fp8<Fp8Format::e4m3>(static_cast<uint8_t>(m.x >> (8 * t))), scale);
+      }
+      bf16x4(v, vo);
+    }
+  }
+};
+
 // The same update, bit for bit, with lane l holding elements 4l .. 4l + 3 of its warp's block: one 16-, 8- or
 // 4-byte access per buffer where adamw_kernel makes four of one element each (needs vector4_aligned buffers).
-// A warp's blocks rise, so its segment cursor only moves forward.
+// A warp's blocks rise, so its segment cursor only moves forward. The next block's loads (Lane4Loads) and scale
+// are issued before this block's update, so a warp has two blocks' reads in flight instead of one.
 template <class G, StateDtype S>
 __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
   const int lane = threadIdx.x % kWarp;
@@ -140,24 +182,28 @@ __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
   const int64_t blocks = (b.n + kMomentBlock - 1) / kMomentBlock;
   const G* grads = static_cast<const G*>(b.grads);
   int s = 0;
-  for (int64_t blk = int64_t{blockIdx.x} * (blockDim.x / kWarp) + threadIdx.x / kWarp; blk < blocks; blk += warps) {
+  const int64_t first = int64_t{blockIdx.x} * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  // The warp's next block: its lane's loads when all four elements are inside (`full`), and its scale.
+  Lane4Loads<G, S> next;
+  bool next_full = false;
+  float next_scale = 0.0f;
+  const auto prefetch = [&](int64_t blk) {
     const int64_t i0 = blk * kMomentBlock + 4 * lane;
-    const float scale = S == StateDtype::fp8 ? b.m_scale[blk] : 0.0f;  // read by every lane before lane 0 writes
-    const bool full = i0 + 4 <= b.n;
+    next_full = blk < blocks && i0 + 4 <= b.n;
+    if (next_full) next.load(b, grads, i0);
+    // Read by every lane a step before lane 0 rewrites it (each block has one warp).
+    next_scale = S == StateDtype::fp8 && blk < blocks ? b.m_scale[blk] : 0.0f;
+  };
+  prefetch(first);
+  for (int64_t blk = first; blk < blocks; blk += warps) {
+    const int64_t i0 = blk * kMomentBlock + 4 * lane;
+    const Lane4Loads<G, S> cur = next;
+    const bool full = next_full;
+    const float scale = next_scale;
+    prefetch(blk + warps);
     float p[4] = {}, g[4] = {}, m[4] = {}, v[4] = {};
     if (full) {
-      load4(b.params + i0, p);
-      load4(grads + i0, g);
-      if constexpr (S == StateDtype::fp32) {
-        load4(static_cast<const float*>(b.m) + i0, m);
-        load4(static_cast<const float*>(b.v) + i0, v);
-      } else {
-        if constexpr (S == StateDtype::bf16)
-          load4(static_cast<const uint16_t*>(b.m) + i0, m);
-        else
-          load4_e4m3(static_cast<const uint8_t*>(b.m) + i0, scale, m);
-        load4(static_cast<const uint16_t*>(b.v) + i0, v);
-      }
+      cur.decode(scale, p, g, m, v);
     } else {
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
