@@ -23,13 +23,16 @@ inline constexpr float kGeluCubic = 0.044715f;
 __device__ __forceinline__ float gelu_2u(float x) {
   return __fmul_rn(2.0f * kGeluScale, __fmaf_rn(__fmul_rn(__fmul_rn(kGeluCubic, x), x), x, x));
 }
-__device__ __forceinline__ float gelu(float x) { return __fdividef(x, __fadd_rn(1.0f, __expf(-gelu_2u(x)))); }
+// sigmoid(2u) = 1 / (1 + exp(-2u)): the one reciprocal gelu and gelu_grad share (a kernel computing both computes it
+// once). x * (1 / y) is how div.approx forms x / y (outside |y| in [2^126, 2^128], where div.approx gives 0).
+__device__ __forceinline__ float gelu_sigmoid(float x) { return __fdividef(1.0f, __fadd_rn(1.0f, __expf(-gelu_2u(x)))); }
+__device__ __forceinline__ float gelu(float x) { return __fmul_rn(x, gelu_sigmoid(x)); }
 
 // d gelu / dx = s + x s (1 - s) d(2u)/dx, s = sigmoid(2u), with 1 - s taken as e s (e = exp(-2u)) where
 // e < 1, so neither end cancels. Same intrinsics discipline as gelu(). gelu'(+inf) is NaN (inf * 0).
 __device__ __forceinline__ float gelu_grad(float x) {
   const float e = __expf(-gelu_2u(x));
-  const float s = __fdividef(1.0f, __fadd_rn(1.0f, e));
+  const float s = gelu_sigmoid(x);
   const float one_minus_s = e < 1.0f ? __fmul_rn(e, s) : __fsub_rn(1.0f, s);
   const float dv = __fmul_rn(2.0f * kGeluScale, __fmaf_rn(__fmul_rn(3.0f * kGeluCubic, x), x, 1.0f));  // d(2u)/dx
   return __fmaf_rn(__fmul_rn(x, dv), __fmul_rn(s, one_minus_s), s);
