@@ -132,7 +132,5 @@ __device__ __forceinline__ void add_colsum(const float (*s_colsum)[kTileCols], f
   }
 }
 
-bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0; }
-
 }  // namespace
 }  // namespace fp8t::kernels

@@ -247,8 +247,6 @@ int threads_for(int64_t chunks, int per_thread) {
 // One block per row, capped (the kernels loop over the rows past the cap).
 int blocks_for(int64_t rows) { return static_cast<int>(std::min<int64_t>(rows, int64_t{1} << 20)); }
 
-bool aligned8(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 7u) == 0; }
-
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------

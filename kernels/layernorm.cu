@@ -7,6 +7,7 @@
 #include "core/launch_limits.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/device_facts.cuh"
+#include "kernels/fp8_cast_common.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/layernorm_math.cuh"
 
@@ -325,6 +326,65 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   }
 }
 
+// add_layernorm_stats_kernel, then the sum's LayerNorm cast to FP8 in the same pass: codes (N, C) row-major, bit for
+// bit what fp8_cast with the layernorm prologue writes from out and these statistics (layernorm_value rounded to bf16,
+// times scale, to_fp8), with the same amax and saturation count. A lane re-reads its own chunks of out a third time
+// (from cache). kVec also needs codes 8-byte aligned. No early return: flush_stats meets the block at a barrier.
+template <Fp8Format F, bool kVec>
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    add_layernorm_cast_kernel(bf16* out, float* mean, float* rstd, uint8_t* codes, const bf16* a, const bf16* b,
+                              const bf16* w, const bf16* lb, int64_t N, int C, const float* scale_ptr,
+                              Fp8CastOutputs cast_stats) {
+  static_assert(32 * kRowsPerBlock == kThreads, "flush_stats reduces over kThreads threads");
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
+  ThreadStats st;
+  if (row < N) {
+    const bf16 *ar = a + row * C, *br = b + row * C;
+    bf16* orow = out + row * C;
+#pragma unroll 4
+    for (int c0 = lane * 8; c0 < C; c0 += 256) {
+      float va[8], vb[8];
+      load8<kVec>(ar, c0, C, va);
+      load8<kVec>(br, c0, C, vb);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) va[i] = __fadd_rn(va[i], vb[i]);
+      store8<kVec>(orow, c0, C, va);
+    }
+    const float2 stats = row_stats<kVec>(orow, C, lane);
+    const float m = stats.x, s = stats.y;
+    if (lane == 0) {
+      mean[row] = m;
+      rstd[row] = s;
+    }
+    const float scale = *scale_ptr;
+    uint8_t* crow = codes + row * C;
+#pragma unroll 2
+    for (int c0 = lane * 8; c0 < C; c0 += 256) {
+      float x[8], wv[8], bv[8];
+      load8<kVec>(orow, c0, C, x);
+      load8<kVec>(w, c0, C, wv);
+      load8<kVec>(lb, c0, C, bv);
+#pragma unroll
+      for (int i = 0; i < 8; i += 2) {  // layernorm_value_bf16, the bf16 roundings in pairs; padding stays zero
+        const float2 v = bf16_round2(layernorm_value(x[i], m, s, wv[i], bv[i]),
+                                     layernorm_value(x[i + 1], m, s, wv[i + 1], bv[i + 1]));
+        x[i] = kVec || c0 + i < C ? v.x : 0.0f;
+        x[i + 1] = kVec || c0 + i + 1 < C ? v.y : 0.0f;
+      }
+      const uint2 q = convert8<F>(x, scale, st);
+      if constexpr (kVec) {
+        *reinterpret_cast<uint2*>(crow + c0) = q;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          if (c0 + i < C) crow[c0 + i] = byte_of(i < 4 ? q.x : q.y, i % 4);
+      }
+    }
+  }
+  flush_stats(st, cast_stats);
+}
+
 // The grid for N rows, kRowsPerBlock per block: the kernels index rows in 64 bits, the grid must fit.
 unsigned row_blocks(int64_t N, const char* op) {
   return checked_grid(ceil_div64(N, kRowsPerBlock), kMaxGridX, op, "N rows (8 per block)");
@@ -374,6 +434,27 @@ void add_layernorm_stats(bf16* out, float* mean, float* rstd, const bf16* a, con
   else
     add_layernorm_stats_kernel<false><<<blocks, threads, 0, stream>>>(out, mean, rstd, a, b, N, C);
   CUDA_CHECK_LAUNCH();
+}
+
+void add_layernorm_cast(bf16* out, float* mean, float* rstd, uint8_t* codes, const bf16* a, const bf16* b,
+                        const bf16* w, const bf16* lb, int64_t N, int C, Fp8Format format, const float* scale,
+                        Fp8CastOutputs stats, cudaStream_t stream) {
+  FP8T_CHECK(N > 0 && C > 0, "add_layernorm_cast: bad sizes N={} C={}", N, C);
+  FP8T_CHECK(scale != nullptr && codes != nullptr, "add_layernorm_cast: the scale or the codes pointer is null");
+  FP8T_CHECK(stats.colsum == nullptr, "add_layernorm_cast: no column sums");
+  // The same chunks as add_layernorm_stats's either way, so the same statistics; the codes do not depend on the path.
+  const bool vec = C % 8 == 0 && aligned16(out) && aligned16(a) && aligned16(b) && aligned16(w) && aligned16(lb) &&
+                   aligned8(codes);
+  const unsigned blocks = row_blocks(N, "add_layernorm_cast");
+  const int threads = 32 * kRowsPerBlock;
+  auto launch = [&](auto kernel) {
+    kernel<<<blocks, threads, 0, stream>>>(out, mean, rstd, codes, a, b, w, lb, N, C, scale, stats);
+    CUDA_CHECK_LAUNCH();
+  };
+  if (format == Fp8Format::e4m3)
+    vec ? launch(add_layernorm_cast_kernel<Fp8Format::e4m3, true>) : launch(add_layernorm_cast_kernel<Fp8Format::e4m3, false>);
+  else
+    vec ? launch(add_layernorm_cast_kernel<Fp8Format::e5m2, true>) : launch(add_layernorm_cast_kernel<Fp8Format::e5m2, false>);
 }
 
 void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,

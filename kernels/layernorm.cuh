@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/fp8_cast.cuh"
+
 namespace fp8t::kernels {
 
 // out (N, C) bf16; mean, rstd (N) f32 saved for backward; w, b (C) bf16
@@ -17,6 +19,12 @@ void layernorm_stats(float* mean, float* rstd, const __nv_bfloat16* inp, int64_t
 // layernorm_stats(out), bit for bit, in one pass: a residual add whose sum feeds an FP8 LayerNorm cast.
 void add_layernorm_stats(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* a,
                          const __nv_bfloat16* b, int64_t N, int C, cudaStream_t stream);
+// add_layernorm_stats, and in the same pass the sum's LayerNorm output (w, lb) cast to FP8 into codes (N, C), bit for
+// bit fp8_cast(out, ..., scale, stats, Fp8CastInput::layernorm, {mean, rstd, w, lb})'s row-major codes and statistics
+// (no column sums): the residual add before an FP8 LayerNorm linear whose input scale is known (delayed scaling).
+void add_layernorm_cast(__nv_bfloat16* out, float* mean, float* rstd, uint8_t* codes, const __nv_bfloat16* a,
+                        const __nv_bfloat16* b, const __nv_bfloat16* w, const __nv_bfloat16* lb, int64_t N, int C,
+                        Fp8Format format, const float* scale, Fp8CastOutputs stats, cudaStream_t stream);
 // dinp (N, C) bf16 +=; dw, db (C) f32 += (atomics across row chunks)
 void layernorm_backward(__nv_bfloat16* dinp, float* dw, float* db, const __nv_bfloat16* dout,
                         const __nv_bfloat16* inp, const __nv_bfloat16* w, const float* mean, const float* rstd,

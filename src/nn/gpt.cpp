@@ -290,9 +290,14 @@ Var GPT::block(int l, const Var& x, const RowStats* x_stats, RowStats* out_stats
             plan.proj_serves_input);
   watch_layer(p, "attn_residual");
   role.emplace(kResidual);
-  // Where ln_2 runs inside fc's FP8 cast, the residual add computes its statistics in the same pass.
+  // Where ln_2 runs inside fc's FP8 cast, the residual add computes its statistics in the same pass, and with
+  // fp8_all (fp8_ln_cast_ahead) fc's input codes too.
   RowStats x1_stats;
-  const Var x1 = add(x, h, ln_in_cast(LinearKind::fc, l) ? &x1_stats : nullptr);
+  const bool ln_2_in_cast = ln_in_cast(LinearKind::fc, l);
+  if (ln_2_in_cast)
+    x1_stats.cast_ahead =
+        fp8_ln_cast_ahead(*plan.state(LinearKind::fc), P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
+  const Var x1 = add(x, h, ln_2_in_cast ? &x1_stats : nullptr);
   watch_layer(p, "mlp.gelu");
   role.emplace("fc linear + ln_2");
   h = mlp(l, x1, &x1_stats);
@@ -364,6 +369,11 @@ Var GPT::hidden(const Tensor& tokens, bool recompute) {
     }
     const bool next_wants = l + 1 < cfg_.n_layer && ln_in_cast(LinearKind::qkv, l + 1);
     RowStats out_stats;
+    if (next_wants) {
+      const std::string next = "h." + std::to_string(l + 1) + ".ln_1.";
+      out_stats.cast_ahead = fp8_ln_cast_ahead(*plans_[static_cast<size_t>(l + 1)].state(LinearKind::qkv),
+                                               P.var(next + "weight"), P.var(next + "bias"));
+    }
     x = block(l, x, &x_stats, next_wants ? &out_stats : nullptr);
     x_stats = std::move(out_stats);
   }

@@ -1,5 +1,8 @@
 // The add op (the residual connections): a + b, and the gradient handed to both.
 #include "ops/add_cuda.h"
+#ifdef FP8T_HAVE_CUDA
+#include "ops/fp8_linear_cuda.h"
+#endif
 #include "ops/cpu/add.h"
 #include "ops/op_common.h"
 
@@ -12,8 +15,19 @@ Var add(const Var& a, const Var& b, RowStats* stats) {
   check_same_dtype("add", a->value, b->value);
   check_same_device("add", a->value, b->value);
   Tensor out = Tensor::empty(a->value.shape(), a->value.dtype(), a->value.device(), MemCategory::activations);
-  if (stats) *stats = RowStats{};
+  std::shared_ptr<Fp8LnCastAhead> ahead;
+  if (stats) {
+    ahead = std::move(stats->cast_ahead);
+    *stats = RowStats{};
+  }
   const bool with_stats = stats && out.device().is_cuda() && out.ndim() >= 1 && out.numel() > 0;
+  // The linear keeps no transposed codes of its input where the sum needs a gradient or no tape records
+  // (fp8_linear.h, fp8_ln_cast_ahead): only then is its cast the one done here.
+#ifdef FP8T_HAVE_CUDA
+  const bool cast_ahead = with_stats && ahead && out.dtype() == DType::bf16 && (needs_grad(a, b) || !grad_enabled());
+#else
+  const bool cast_ahead = false;  // fp8_ln_cast_ahead makes none without CUDA
+#endif
   if (with_stats) {  // kept for the LayerNorm backward of the linear that reads them, as its own would be
     const Shape rows(out.shape().begin(), out.shape().end() - 1);
     stats->mean = Tensor::empty(rows, DType::f32, out.device(), MemCategory::activations);
@@ -22,8 +36,16 @@ Var add(const Var& a, const Var& b, RowStats* stats) {
   dispatch(
       "add", out,
       [&] {
-        if (with_stats) cuda_ops::add_forward_row_stats(out, stats->mean, stats->rstd, a->value, b->value);
-        else cuda_ops::add_forward(out, a->value, b->value);
+        if (cast_ahead) {
+#ifdef FP8T_HAVE_CUDA
+          detail::add_ln_cast_ahead_cuda(out, stats->mean, stats->rstd, a->value, b->value, *ahead);
+          stats->cast_ahead = std::move(ahead);
+#endif
+        } else if (with_stats) {
+          cuda_ops::add_forward_row_stats(out, stats->mean, stats->rstd, a->value, b->value);
+        } else {
+          cuda_ops::add_forward(out, a->value, b->value);
+        }
       },
       [&]<typename F>() { cpu::add_forward<F>(out.data<F>(), cptr<F>(a->value), cptr<F>(b->value), out.numel()); });
   Var y = make_output(std::move(out));

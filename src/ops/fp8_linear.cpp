@@ -313,6 +313,15 @@ Var fp8_linear_ln(const Var& x, const Var& ln_w, const Var& ln_b, const Var& w, 
   return fp8_linear(layernorm(x, ln_w, ln_b), w, b, st);
 }
 
+std::shared_ptr<Fp8LnCastAhead> fp8_ln_cast_ahead(Fp8LinearState& st, const Var& ln_w, const Var& ln_b) {
+#ifdef FP8T_HAVE_CUDA
+  if (st.cfg.activation_storage == ActivationStorage::fp8_all && !st.input.recipe->scale_from_tensor() && ln_w && ln_b)
+    return std::make_shared<Fp8LnCastAhead>(Fp8LnCastAhead{.st = &st, .ln_w = ln_w, .ln_b = ln_b, .codes = {}});
+#endif
+  (void)st, (void)ln_w, (void)ln_b;
+  return nullptr;
+}
+
 Var fp8_lm_head_loss(const Var& h, const Var& w, Fp8LinearState& st, const Tensor& targets, int64_t vocab_size,
                      int64_t chunk_rows, float grad_scale) {
   const Tensor& hv = h->value;

@@ -6,6 +6,7 @@
 // scale_inv_a * scale_inv_b, the way cuBLASLt applies its A/B scale pointers.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "autograd/tape.h"
@@ -122,6 +123,21 @@ Var fp8_linear_gelu(Var pre, const Var& w, const Var& b, Fp8LinearState& st);
 // CUDA instead of a statistics pass over x (the same bits); ignored where undefined and on the CPU.
 Var fp8_linear_ln(const Var& x, const Var& ln_w, const Var& ln_b, const Var& w, const Var& b, Fp8LinearState& st,
                   const RowStats* x_stats = nullptr);
+
+// fp8_linear_ln's input cast done ahead by the residual add that writes x: x_stats->cast_ahead, set before
+// add(a, b, x_stats), makes the add's kernel write layernorm(x, ln_w, ln_b)'s FP8 codes, with st's input scale and
+// into its statistics, in the pass that writes x and its LayerNorm statistics (kernels/layernorm.cuh,
+// add_layernorm_cast), and fp8_linear_ln(x, ln_w, ln_b, ..., st, x_stats) takes them instead of casting x again:
+// the same codes, one read of x fewer. It applies on CUDA with activation_storage fp8_all and a scale known before
+// the cast (delayed scaling), where the linear keeps no transposed codes of its input (x needs a gradient, or no
+// tape records); fp8_ln_cast_ahead returns null where the state rules it out, and add() casts nothing where the
+// rest does.
+struct Fp8LnCastAhead {
+  Fp8LinearState* st = nullptr;
+  Var ln_w, ln_b;
+  Tensor codes;  // (rows, C), written by add(); the linear takes them (moves them out)
+};
+std::shared_ptr<Fp8LnCastAhead> fp8_ln_cast_ahead(Fp8LinearState& st, const Var& ln_w, const Var& ln_b);
 
 // The FP8 head and its loss a chunk of tokens at a time, as lm_head_loss (ops/ops.h) is for BF16: the mean
 // cross-entropy of fp8_linear(h, w) (no bias; w (Vp, C), the tied embedding) against targets (B, T), over chunks of

@@ -274,6 +274,33 @@ void backward_stage(const Fp8LinearSaved& s) {
 
 // ---------------------------------------------------------------- forward stage
 
+void add_ln_cast_ahead_cuda(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& a, const Tensor& b,
+                            Fp8LnCastAhead& ahead) {
+  FP8T_CHECK(ahead.st && ahead.ln_w && ahead.ln_b, "add: a cast ahead without its linear or LayerNorm parameters");
+  Fp8LinearState& st = *ahead.st;
+  const char* op = "add (with the FP8 LayerNorm cast ahead)";
+  expect_cuda(a, DType::bf16, "a", st.name);
+  expect_cuda(b, DType::bf16, "b", st.name);
+  expect_cuda(out, DType::bf16, "out", st.name);
+  expect_cuda(ahead.ln_w->value, DType::bf16, "the LayerNorm weight", st.name);
+  expect_cuda(ahead.ln_b->value, DType::bf16, "the LayerNorm bias", st.name);
+  const int64_t C = out.dim(-1), N = out.numel() / C;
+  FP8T_CHECK(a.numel() == out.numel() && b.numel() == out.numel() && mean.numel() == N && rstd.numel() == N &&
+                 ahead.ln_w->value.numel() == C && ahead.ln_b->value.numel() == C && out.raw() != a.raw() &&
+                 out.raw() != b.raw(),
+             "{} ({}): sizes out {}, a {}, b {}, mean {}, rstd {}, LayerNorm {} and {} do not match (or out aliases "
+             "an input)", op, st.name, out.str(), a.str(), b.str(), mean.str(), rstd.str(), ahead.ln_w->value.str(),
+             ahead.ln_b->value.str());
+  const cudaStream_t stream = k::compute_stream();
+  Fp8DeviceSlot* sx = slot(st.device.slots(out.device(), st.metas()), Fp8Role::input);
+  Tensor codes = Tensor::empty({N, C}, fp8_dtype(st.formats.forward), out.device(), MemCategory::workspace);
+  k::add_layernorm_cast(out.data<bf16>(), mean.data<float>(), rstd.data<float>(), codes.data<uint8_t>(),
+                        a.data<bf16>(), b.data<bf16>(), ahead.ln_w->value.data<bf16>(), ahead.ln_b->value.data<bf16>(),
+                        N, checked_int(C, op, "C"), st.formats.forward, &sx->scale,
+                        grad_enabled() ? stats_into(sx) : k::Fp8CastOutputs{}, stream);
+  ahead.codes = std::move(codes);
+}
+
 Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, const InputPrologue& input,
                     bool serve_input) {
   const Tensor& wv = w->value;
@@ -335,6 +362,19 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   const bool recast_xt = fp8_all && ((ln_input && in_needs_grad) || save_pre_fp8);
   const bool keep_xt = train && w->requires_grad && store_fp8 && !recast_xt;
   const Tensor x2 = xv.view({M, IC});
+  // The codes the residual add that wrote x cast ahead for this linear (fp8_ln_cast_ahead): the same cast as below,
+  // already done. The add casts only where this linear keeps no transposed codes (x needs a gradient, or none is
+  // recorded) and for a scale known before the cast.
+  Tensor codes_ahead;
+  if (ln_input && input.ln_stats.cast_ahead && input.ln_stats.cast_ahead->codes.defined()) {
+    Fp8LnCastAhead& ahead = *input.ln_stats.cast_ahead;
+    FP8T_CHECK(ahead.st == &st && ahead.ln_w == input.ln_w && ahead.ln_b == input.ln_b && !keep_xt &&
+                   !st.input.recipe->scale_from_tensor() && ahead.codes.numel() == M * IC &&
+                   ahead.codes.dtype() == fp8_dtype(st.formats.forward) && ahead.codes.device() == xv.device(),
+               "fp8_linear ({}): the input codes cast ahead by the residual add are for another linear or cast "
+               "(codes {}; keep_xt {})", st.name, ahead.codes.str(), keep_xt);
+    codes_ahead = std::move(ahead.codes);
+  }
   // layernorm_input: the (M) statistics the cast normalizes with, which the LayerNorm backward reads;
   // cast_from_codes: pre's saved codes, which the cast reads instead of x.
   Tensor ln_mean, ln_rstd;
@@ -373,10 +413,13 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
     CUDA_CHECK(cudaMemcpyAsync(copy.raw(), x_scales.raw(), 2 * sizeof(float), cudaMemcpyDeviceToDevice, stream));
     x_scales = std::move(copy);
   }
-  QuantizedTensor xq = per_tensor_codes(M, IC, fp8_dtype(st.formats.forward), xv.device(), true, keep_xt,
-                                        MemCategory::workspace, MemCategory::activations, x_scales.slice_flat(0, {1}));
+  QuantizedTensor xq = per_tensor_codes(M, IC, fp8_dtype(st.formats.forward), xv.device(), !codes_ahead.defined(),
+                                        keep_xt, MemCategory::workspace, MemCategory::activations,
+                                        x_scales.slice_flat(0, {1}));
   const k::Fp8CastOutputs x_stats = grad_enabled() ? stats_into(sx) : k::Fp8CastOutputs{};
-  if (save_with_cast)  // keep_xt is false: recast_xt
+  if (codes_ahead.defined())  // keep_xt is false
+    xq.codes = std::move(codes_ahead).view({M, IC});
+  else if (save_with_cast)  // keep_xt is false: recast_xt
     k::fp8_save_rows_gelu_cast(x2.data<bf16>(), M, IC, pre_saved.codes.data<uint8_t>(),
                                pre_saved.scale_inv.data<float>(), xq.codes.data<uint8_t>(), st.formats.forward,
                                &sx->scale, x_stats, stream);

@@ -347,3 +347,76 @@ TEST_CASE("fp8 cast: the LayerNorm prologue equals layernorm_forward then the ca
   CHECK_THROWS(kernels::fp8_amax(bf16_in.raw(), DType::bf16, 256, sums.data<float>(), kernels::compute_stream(),
                                  kernels::Fp8CastInput::layernorm, 15, ops));
 }
+
+TEST_CASE("fp8 cast: add_layernorm_cast equals add_layernorm_stats then the LayerNorm-prologue cast bit for bit - "
+          "ragged shapes - NaN rows - amax and saturation",
+          "[gpu][fp8][layernorm]") {
+  // The residual add that casts its sum's LayerNorm ahead for an fp8_all linear. Reference: add_layernorm_stats
+  // writes the sum and its statistics, then fp8_cast with the LayerNorm prologue casts from them. The fused kernel
+  // must give the same sum, statistics, codes, amax bits and saturation count, with every output poisoned first.
+  // C = 100: the scalar path; 1600 and 2056: several chunks per lane; N = 333: a partial last block of 8 rows;
+  // offset 1: a, b and out one element in (the scalar path against the reference's vector one). Row 1 of the
+  // larger cases has an inf in a (its statistics and codes NaN), row 0 is constant (rstd = 1/sqrt(eps)). scale 64
+  // saturates E4M3.
+  struct Case { int64_t N, C, offset; };
+  for (auto [N, C, offset] : {Case{1, 32, 0}, Case{77, 100, 0}, Case{333, 1600, 0}, Case{40, 2056, 0},
+                              Case{65, 768, 1}}) {
+    const int64_t n = N * C;
+    auto a = round_bf16(randn(static_cast<size_t>(n + offset), 2.0f));
+    auto b = round_bf16(randn(static_cast<size_t>(n + offset), 1.0f));
+    for (int64_t c = 0; c < C; ++c) a[offset + c] = 3.0f, b[offset + c] = 0.0f;  // row 0: constant
+    if (N > 2) a[offset + C + 5] = INFINITY;
+    const auto lw = round_bf16(randn(static_cast<size_t>(C), 2.0f)), lb = round_bf16(randn(static_cast<size_t>(C), 0.5f));
+    const Tensor ta = upload(a, {n + offset}, DType::bf16), tb = upload(b, {n + offset}, DType::bf16);
+    const Tensor tw = upload(lw, {C}, DType::bf16), tlb = upload(lb, {C}, DType::bf16);
+    const auto* pa = ta.data<__nv_bfloat16>() + offset;
+    const auto* pb = tb.data<__nv_bfloat16>() + offset;
+    Tensor ref_out = poisoned({N, C}, DType::bf16), ref_mean = poisoned({N}, DType::f32);
+    Tensor ref_rstd = poisoned({N}, DType::f32);
+    kernels::add_layernorm_stats(ref_out.data<__nv_bfloat16>(), ref_mean.data<float>(), ref_rstd.data<float>(), pa, pb,
+                                 N, static_cast<int>(C), kernels::compute_stream());
+    const kernels::Fp8CastOperands ops{ref_mean.data<float>(), ref_rstd.data<float>(), tw.data<__nv_bfloat16>(),
+                                        tlb.data<__nv_bfloat16>()};
+    for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+      INFO("N " << N << " C " << C << " offset " << offset << " " << name(f));
+      const Tensor d_scale = device_floats({64.0f});
+      Tensor ref_codes = poisoned({N, C}, fp8_dtype(f)), ref_stats = Tensor::zeros({4}, DType::f32, kGpu);
+      kernels::fp8_cast(ref_out.raw(), DType::bf16, N, C, ref_codes.data<uint8_t>(), nullptr, f, d_scale.data<float>(),
+                        {ref_stats.data<float>(), reinterpret_cast<unsigned long long*>(ref_stats.data<float>() + 2)},
+                        kernels::compute_stream(), kernels::Fp8CastInput::layernorm, ops);
+      // The fused kernel's outputs, offset like its inputs (poisoned around them too).
+      Tensor out = poisoned({n + offset}, DType::bf16), codes = poisoned({n + offset}, fp8_dtype(f));
+      Tensor mean = poisoned({N}, DType::f32), rstd = poisoned({N}, DType::f32);
+      Tensor stats = Tensor::zeros({4}, DType::f32, kGpu);  // amax (float), pad, saturated (u64)
+      kernels::add_layernorm_cast(out.data<__nv_bfloat16>() + offset, mean.data<float>(), rstd.data<float>(),
+                                  codes.data<uint8_t>() + offset, pa, pb, tw.data<__nv_bfloat16>(),
+                                  tlb.data<__nv_bfloat16>(), N, static_cast<int>(C), f, d_scale.data<float>(),
+                                  {stats.data<float>(), reinterpret_cast<unsigned long long*>(stats.data<float>() + 2)},
+                                  kernels::compute_stream());
+      const auto got_out = download(out), want_out = download(ref_out);
+      CHECK(std::memcmp(got_out.data() + offset, want_out.data(), n * sizeof(float)) == 0);
+      const auto got_mean = download(mean), got_rstd = download(rstd);
+      CHECK(std::memcmp(got_mean.data(), download(ref_mean).data(), N * sizeof(float)) == 0);
+      CHECK(std::memcmp(got_rstd.data(), download(ref_rstd).data(), N * sizeof(float)) == 0);
+      auto got_codes = download_codes(codes);
+      got_codes.erase(got_codes.begin(), got_codes.begin() + offset);
+      const auto want_codes = download_codes(ref_codes);
+      CHECK(code_mismatches(got_codes, want_codes) == 0);
+      const auto got_stats = download(stats), want_stats = download(ref_stats);
+      CHECK(std::memcmp(got_stats.data(), want_stats.data(), 4 * sizeof(float)) == 0);
+      if (N > 2) CHECK(std::isnan(got_rstd[1]));  // the inf row reached the statistics
+      uint64_t saturated = 0;
+      std::memcpy(&saturated, &got_stats[2], sizeof(saturated));
+      if (f == Fp8Format::e4m3 && n >= 4096) CHECK(saturated > 0);  // the test does reach saturation
+    }
+  }
+  // No column sums; the codes and the scale are needed.
+  Tensor x = Tensor::zeros({16, 16}, DType::bf16, kGpu), st = Tensor::zeros({16}, DType::f32, kGpu);
+  Tensor codes = Tensor::empty({16, 16}, fp8_dtype(Fp8Format::e4m3), kGpu), d_scale = device_floats({1.0f});
+  auto* p = x.data<__nv_bfloat16>();
+  CHECK_THROWS(kernels::add_layernorm_cast(p, st.data<float>(), st.data<float>(), codes.data<uint8_t>(), p, p, p, p, 16,
+                                           16, Fp8Format::e4m3, d_scale.data<float>(), {nullptr, nullptr, st.data<float>()},
+                                           kernels::compute_stream()));
+  CHECK_THROWS(kernels::add_layernorm_cast(p, st.data<float>(), st.data<float>(), nullptr, p, p, p, p, 16, 16,
+                                           Fp8Format::e4m3, d_scale.data<float>(), {}, kernels::compute_stream()));
+}

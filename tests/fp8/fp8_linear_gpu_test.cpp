@@ -340,10 +340,12 @@ TEST_CASE("fp8 linear: fp8_linear_ln equals layernorm then fp8_linear on the GPU
         download(fp8_linear(layernorm(xv, lwv, lbv), wv, bv, plain)->value));
 }
 
-TEST_CASE("fp8 linear: fp8_linear_ln with its input's statistics from the residual add - scalings - storages",
+TEST_CASE("fp8 linear: fp8_linear_ln with its input's statistics (and codes) from the residual add - scalings - "
+          "storages",
           "[gpu][fp8]") {
-  // x = add(a, b) then fp8_linear_ln(x): with the statistics that add computes in its pass, and without (the
-  // linear's own statistics pass). Separate, identically configured states, two steps. Forward bits, a's, b's
+  // x = add(a, b) then fp8_linear_ln(x): with the statistics that add computes in its pass, with those and the
+  // input codes the add casts ahead where fp8_ln_cast_ahead applies (delayed scaling, fp8_all), and without either
+  // (the linear's own statistics pass and cast). Separate, identically configured states, two steps. Forward bits, a's, b's
   // and w's gradients must be identical; d ln_w, d ln_b and db come from atomics, compared within reordered-f32-sum
   // tolerance. M = 272 and C = 208 leave partial tiles.
   const int64_t M = 272, C = 208, OC = 96;
@@ -352,15 +354,15 @@ TEST_CASE("fp8 linear: fp8_linear_ln with its input's statistics from the residu
   const auto lw = round_bf16(randn(C, 1.0f)), lb = round_bf16(randn(C, 0.3f)), dy = round_bf16(randn(M * OC, 1e-3f));
   struct Result {
     std::vector<float> y, da, db_in, dlw, dlb, dw, dbias;
-    bool stats_given = false;
+    bool stats_given = false, ahead_made = false, codes_taken = false;
   };
   for (Fp8Scaling scaling : {Fp8Scaling::delayed, Fp8Scaling::current}) {
     for (ActivationStorage storage : {ActivationStorage::fp8, ActivationStorage::fp8_all}) {
       Fp8Config cfg;
       cfg.scaling = scaling;
       cfg.activation_storage = storage;
-      Fp8LinearState with("with", cfg), without("without", cfg);
-      auto run = [&](Fp8LinearState& st, bool use_stats) {
+      Fp8LinearState with("with", cfg), without("without", cfg), ahead("ahead", cfg);
+      auto run = [&](Fp8LinearState& st, bool use_stats, bool cast_ahead) {
         Var av = make_var(upload(a, {M / 16, 16, C}, DType::bf16), true);
         Var bv = make_var(upload(b, {M / 16, 16, C}, DType::bf16), true);
         Var lwv = make_var(upload(lw, {C}, DType::bf16), true), lbv = make_var(upload(lb, {C}, DType::bf16), true);
@@ -371,6 +373,8 @@ TEST_CASE("fp8 linear: fp8_linear_ln with its input's statistics from the residu
         Tape tape;
         Var y;
         RowStats stats;
+        if (cast_ahead) stats.cast_ahead = fp8_ln_cast_ahead(st, lwv, lbv);
+        const bool ahead_made = stats.cast_ahead != nullptr;
         {
           TapeScope scope(&tape);
           const Var x = add(av, bv, use_stats ? &stats : nullptr);
@@ -384,15 +388,29 @@ TEST_CASE("fp8 linear: fp8_linear_ln with its input's statistics from the residu
         CUDA_CHECK(cudaDeviceSynchronize());
         Result r{y->value.to_float_vector(),  grad_of(av).to_float_vector(), grad_of(bv).to_float_vector(),
                  lwv->grad.to_float_vector(), lbv->grad.to_float_vector(),   wv->grad.to_float_vector(),
-                 biasv->grad.to_float_vector(), stats.defined()};
+                 biasv->grad.to_float_vector(), stats.defined(), ahead_made,
+                 stats.cast_ahead && !stats.cast_ahead->codes.defined()};
         st.on_optimizer_step();
         return r;
       };
       for (int step = 0; step < 2; ++step) {
         INFO("current scaling " << (scaling == Fp8Scaling::current) << " storage " << static_cast<int>(storage)
                                 << " step " << step);
-        const Result f = run(with, true), u = run(without, false);
+        const Result f = run(with, true, false), u = run(without, false, false), h = run(ahead, true, true);
         CHECK(f.stats_given);
+        CHECK(h.stats_given);
+        const bool applies = scaling == Fp8Scaling::delayed && storage == ActivationStorage::fp8_all;
+        CHECK(h.ahead_made == applies);
+        CHECK(h.codes_taken == applies);  // the add cast them and the linear took them
+        CHECK(h.y == u.y);
+        CHECK(h.da == u.da);
+        CHECK(h.db_in == u.db_in);
+        CHECK(h.dw == u.dw);
+        CHECK(reordered_mismatches(h.dlw, u.dlw) == 0);
+        CHECK(reordered_mismatches(h.dlb, u.dlb) == 0);
+        CHECK(reordered_mismatches(h.dbias, u.dbias) == 0);
+        check_same_meta(ahead.input, without.input);
+        check_same_meta(ahead.grad_output, without.grad_output);
         CHECK(f.y == u.y);
         CHECK(f.da == u.da);
         CHECK(f.db_in == u.db_in);
@@ -405,6 +423,20 @@ TEST_CASE("fp8 linear: fp8_linear_ln with its input's statistics from the residu
       }
     }
   }
+  // Evaluation (no tape): the add casts ahead with no statistics recorded, and the linear takes its codes.
+  Fp8Config cfg;
+  cfg.scaling = Fp8Scaling::delayed;
+  cfg.activation_storage = ActivationStorage::fp8_all;
+  Fp8LinearState e_ahead("e_ahead", cfg), e_plain("e_plain", cfg);
+  const Var av = make_var(upload(a, {M, C}, DType::bf16), false), bv = make_var(upload(b, {M, C}, DType::bf16), false);
+  const Var lwv = make_var(upload(lw, {C}, DType::bf16), false), lbv = make_var(upload(lb, {C}, DType::bf16), false);
+  const Var wv = make_var(upload(w, {OC, C}, DType::bf16), false), biasv = make_var(upload(bias, {OC}, DType::bf16), false);
+  RowStats stats;
+  stats.cast_ahead = fp8_ln_cast_ahead(e_ahead, lwv, lbv);
+  REQUIRE(stats.cast_ahead);
+  const Var y_ahead = fp8_linear_ln(add(av, bv, &stats), lwv, lbv, wv, biasv, e_ahead, &stats);
+  CHECK_FALSE(stats.cast_ahead->codes.defined());
+  CHECK(download(y_ahead->value) == download(fp8_linear_ln(add(av, bv), lwv, lbv, wv, biasv, e_plain)->value));
 }
 
 TEST_CASE("fp8 linear: CUDA rejects rows that are not a multiple of 16 with an actionable message", "[gpu][fp8]") {
