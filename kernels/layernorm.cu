@@ -117,11 +117,8 @@ __global__ void layernorm_stats_kernel(float* mean, float* rstd, const bf16* inp
 // has just written (its own stores: no other lane's), so the statistics are row_stats of the stored row, the bits of
 // layernorm_stats(out).
 template <bool kVec>
-__global__ void add_layernorm_stats_kernel(bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b,
-                                           int64_t N, int C) {
-  const int lane = threadIdx.x % 32;
-  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
-  if (row >= N) return;
+__device__ __forceinline__ float2 add_row_with_stats(bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b,
+                                                     int64_t row, int C, int lane) {
   const bf16 *ar = a + row * C, *br = b + row * C;
   bf16* orow = out + row * C;
 #pragma unroll 4
@@ -138,6 +135,14 @@ __global__ void add_layernorm_stats_kernel(bf16* out, float* mean, float* rstd, 
     mean[row] = stats.x;
     rstd[row] = stats.y;
   }
+  return stats;
+}
+
+template <bool kVec>
+__global__ void add_layernorm_stats_kernel(bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b,
+                                           int64_t N, int C) {
+  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
+  if (row < N) add_row_with_stats<kVec>(out, mean, rstd, a, b, row, C, threadIdx.x % 32);
 }
 
 // The backward's two row sums over one 8-column chunk: sum dnorm and sum dnorm * norm, dnorm = dy * w (zero past
@@ -340,23 +345,9 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   ThreadStats st;
   if (row < N) {
-    const bf16 *ar = a + row * C, *br = b + row * C;
-    bf16* orow = out + row * C;
-#pragma unroll 4
-    for (int c0 = lane * 8; c0 < C; c0 += 256) {
-      float va[8], vb[8];
-      load8<kVec>(ar, c0, C, va);
-      load8<kVec>(br, c0, C, vb);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) va[i] = __fadd_rn(va[i], vb[i]);
-      store8<kVec>(orow, c0, C, va);
-    }
-    const float2 stats = row_stats<kVec>(orow, C, lane);
+    const float2 stats = add_row_with_stats<kVec>(out, mean, rstd, a, b, row, C, lane);
     const float m = stats.x, s = stats.y;
-    if (lane == 0) {
-      mean[row] = m;
-      rstd[row] = s;
-    }
+    const bf16* orow = out + row * C;
     const float scale = *scale_ptr;
     uint8_t* crow = codes + row * C;
 #pragma unroll 2
