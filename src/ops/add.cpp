@@ -1,8 +1,5 @@
 // The add op (the residual connections): a + b, and the gradient handed to both.
 #include "ops/add_cuda.h"
-#ifdef FP8T_HAVE_CUDA
-#include "ops/fp8_linear_cuda.h"
-#endif
 #include "ops/cpu/add.h"
 #include "ops/op_common.h"
 
@@ -23,11 +20,7 @@ Var add(const Var& a, const Var& b, RowStats* stats) {
   const bool with_stats = stats && out.device().is_cuda() && out.ndim() >= 1 && out.numel() > 0;
   // The linear keeps no transposed codes of its input where the sum needs a gradient or no tape records
   // (fp8_linear.h, fp8_ln_cast_ahead): only then is its cast the one done here.
-#ifdef FP8T_HAVE_CUDA
-  const bool cast_ahead = with_stats && ahead && out.dtype() == DType::bf16 && (needs_grad(a, b) || !grad_enabled());
-#else
-  const bool cast_ahead = false;  // fp8_ln_cast_ahead makes none without CUDA
-#endif
+  const bool cast_ahead = with_stats && ahead && (needs_grad(a, b) || !grad_enabled());
   if (with_stats) {  // kept for the LayerNorm backward of the linear that reads them, as its own would be
     const Shape rows(out.shape().begin(), out.shape().end() - 1);
     stats->mean = Tensor::empty(rows, DType::f32, out.device(), MemCategory::activations);
@@ -36,13 +29,10 @@ Var add(const Var& a, const Var& b, RowStats* stats) {
   dispatch(
       "add", out,
       [&] {
-        if (cast_ahead) {
-#ifdef FP8T_HAVE_CUDA
-          detail::add_ln_cast_ahead_cuda(out, stats->mean, stats->rstd, a->value, b->value, *ahead);
-          stats->cast_ahead = std::move(ahead);
-#endif
-        } else if (with_stats) {
-          cuda_ops::add_forward_row_stats(out, stats->mean, stats->rstd, a->value, b->value);
+        if (with_stats) {
+          cuda_ops::add_forward_row_stats(out, stats->mean, stats->rstd, a->value, b->value,
+                                          cast_ahead ? ahead.get() : nullptr);
+          if (cast_ahead) stats->cast_ahead = std::move(ahead);  // holding the codes for the linear
         } else {
           cuda_ops::add_forward(out, a->value, b->value);
         }

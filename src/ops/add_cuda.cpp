@@ -5,6 +5,8 @@
 #include "kernels/add.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/stream.cuh"
+#include "ops/fp8_linear.h"
+#include "ops/fp8_linear_cuda_parts.h"
 #include "ops/op_checks.h"
 
 namespace fp8t::cuda_ops {
@@ -22,7 +24,8 @@ void add_forward(Tensor& out, const Tensor& a, const Tensor& b) {
   k::add_forward(out.data<bf16>(), a.data<bf16>(), b.data<bf16>(), a.numel(), k::compute_stream());
 }
 
-void add_forward_row_stats(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& a, const Tensor& b) {
+void add_forward_row_stats(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& a, const Tensor& b,
+                           Fp8LnCastAhead* ahead) {
   const char* op = "add_forward_row_stats";
   expect(a, DType::bf16, op, "a");
   expect(b, DType::bf16, op, "b");
@@ -36,8 +39,25 @@ void add_forward_row_stats(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor
   expect_numel(mean, N, op, "mean");
   expect_numel(rstd, N, op, "rstd");
   FP8T_CHECK(out.raw() != a.raw() && out.raw() != b.raw(), "{}: out must not alias a or b", op);
-  k::add_layernorm_stats(out.data<bf16>(), mean.data<float>(), rstd.data<float>(), a.data<bf16>(), b.data<bf16>(), N,
-                         to_int(C, op, "C"), k::compute_stream());
+  if (!ahead) {
+    k::add_layernorm_stats(out.data<bf16>(), mean.data<float>(), rstd.data<float>(), a.data<bf16>(), b.data<bf16>(),
+                           N, to_int(C, op, "C"), k::compute_stream());
+    return;
+  }
+  FP8T_CHECK(ahead->st && ahead->ln_w && ahead->ln_b, "{}: a cast ahead without its linear or LayerNorm", op);
+  const Tensor &ln_w = ahead->ln_w->value, &ln_b = ahead->ln_b->value;
+  expect(ln_w, DType::bf16, op, "the LayerNorm weight");
+  expect(ln_b, DType::bf16, op, "the LayerNorm bias");
+  expect_numel(ln_w, C, op, "the LayerNorm weight");
+  expect_numel(ln_b, C, op, "the LayerNorm bias");
+  Fp8LinearState& st = *ahead->st;
+  Fp8DeviceSlot* sx = detail::slot(st.device.slots(out.device(), st.metas()), Fp8Role::input);
+  Tensor codes = Tensor::empty({N, C}, fp8_dtype(st.formats.forward), out.device(), MemCategory::workspace);
+  k::add_layernorm_cast(out.data<bf16>(), mean.data<float>(), rstd.data<float>(), codes.data<uint8_t>(),
+                        a.data<bf16>(), b.data<bf16>(), ln_w.data<bf16>(), ln_b.data<bf16>(), N, to_int(C, op, "C"),
+                        st.formats.forward, &sx->scale, grad_enabled() ? detail::stats_into(sx) : k::Fp8CastOutputs{},
+                        k::compute_stream());
+  ahead->codes = std::move(codes);
 }
 
 }  // namespace fp8t::cuda_ops

@@ -3,12 +3,19 @@
 #pragma once
 #include "core/tensor.h"
 
+namespace fp8t {
+struct Fp8LnCastAhead;  // ops/fp8_linear.h
+}  // namespace fp8t
+
 namespace fp8t::cuda_ops {
 
 // out = a + b, same number of elements (out may alias a or b)
 void add_forward(Tensor& out, const Tensor& a, const Tensor& b);
 // The same over rows of out's last dimension C (out must not alias a or b), with the LayerNorm statistics of out's
-// rows into mean and rstd (f32, one per row).
-void add_forward_row_stats(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& a, const Tensor& b);
+// rows into mean and rstd (f32, one per row). With `ahead` (fp8_ln_cast_ahead), the same pass also writes
+// ahead->codes: its linear's input codes, out's LayerNorm (ahead's ln_w, ln_b) cast with the linear's input scale
+// and, while a tape records, into its statistics (kernels/layernorm.cuh, add_layernorm_cast).
+void add_forward_row_stats(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& a, const Tensor& b,
+                           Fp8LnCastAhead* ahead = nullptr);
 
 }  // namespace fp8t::cuda_ops

@@ -30,12 +30,6 @@ struct InputPrologue {
 Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, const InputPrologue& input = {},
                     bool serve_input = false);
 
-// add()'s pass with a cast ahead (fp8_ln_cast_ahead): out = a + b and its LayerNorm statistics (add's RowStats), and
-// ahead.codes = the input codes fp8_linear_cuda would cast for ahead's linear from out with a layernorm prologue,
-// with the input slot's scale and into its statistics (while a tape records). All on CUDA, bf16; checked here.
-void add_ln_cast_ahead_cuda(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& a, const Tensor& b,
-                            Fp8LnCastAhead& ahead);
-
 // The CUDA side of Fp8LinearState's sharded-master weight publishing (src/ops/fp8_linear.h): the amax of a
 // piece of the master into *amax, the weight's device scale from a reduced amax, a piece's cast into codes
 // (statistics into the weight's device slot), and the adopted codes' transposed copy.

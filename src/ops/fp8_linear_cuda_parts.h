@@ -1,15 +1,19 @@
-// The pieces of the FP8 linear's CUDA path that its forward and backward stages (fp8_linear_cuda.cpp) share with
-// its weight handling (fp8_weight_cuda.cpp: the per-version weight cache and the sharded-master publishing):
-// device scale slots, the current-scaling amax pass, GEMM operands and per-tensor code buffers.
+// The pieces of the FP8 linear's CUDA path that its forward and backward stages (fp8_linear_cuda.cpp,
+// fp8_linear_cuda_backward.cpp) share with its weight handling (fp8_weight_cuda.cpp: the per-version weight cache and
+// the sharded-master publishing) and with the residual add that casts ahead (add_cuda.cpp): device scale slots, the
+// current-scaling amax pass, GEMM operands and per-tensor code buffers; and what the forward stage keeps for the
+// backward stage (Fp8LinearSaved).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "fp8/quantized_tensor.h"
 #include "kernels/fp8_cast.cuh"
 #include "kernels/matmul.cuh"
 #include "ops/fp8_linear.h"
+#include "ops/fp8_linear_cuda.h"
 
 namespace fp8t::detail {
 
@@ -35,5 +39,35 @@ QuantizedTensor per_tensor_codes(int64_t rows, int64_t cols, DType dt, Device de
 // The (OC, IC) and (IC, OC) FP8 copies of the weight w (its bf16 compute copy or f32 master) for st's
 // weight_version, cast in one pass; nothing when they are current.
 void cache_weight_cuda(Fp8LinearState& st, const Tensor& w, Fp8DeviceSlot* slots, cudaStream_t stream);
+
+// A tensor the FP8 linear reads or writes on the device: CUDA, of this dtype (layer: the linear's name).
+inline void expect_cuda(const Tensor& t, DType dtype, const char* what, const std::string& layer) {
+  FP8T_CHECK(t.device().is_cuda() && t.dtype() == dtype, "fp8_linear ({}): {} must be a CUDA {} tensor, got {}", layer,
+             what, dtype_name(dtype), t.str());
+}
+
+// What the backward stage reads, kept by the forward stage.
+struct Fp8LinearSaved {
+  Fp8LinearState* st = nullptr;
+  GradRef x_grad;            // x's gradient only: x's value is not kept (but see x_kept, ln_x)
+  bool x_needs_grad = false;  // with a LayerNorm prologue: x's, ln_w's or ln_b's
+  Var w, b;
+  GradRef yg;
+  int64_t M = 0, IC = 0, OC = 0;
+  InputPrologue prologue;     // its LayerNorm weight and bias only when x needs a gradient
+  // x's codes for wgrad: codes_t (IC, M) when the forward kept them; always scale_inv, the forward's. x_scale
+  // is the forward's scale (1 f32 on the device) for a re-cast from the inputs below.
+  QuantizedTensor x_fp8;
+  Tensor x_scale;
+  bool recast_xt = false;     // fp8_all with a prologue whose operands backward keeps anyway: re-cast x^T
+  Var x_kept;                 // bf16 storage: x, re-cast in backward
+  Var pre_kept;               // GELU prologue: the pre-activation x for the GELU backward, or
+  QuantizedTensor pre_saved;  //   with fp8_all its per-row codes
+  Var ln_x;                   // LayerNorm prologue: the LayerNorm backward's input x, and its statistics
+  Tensor ln_mean, ln_rstd;
+};
+
+// The backward stage (fp8_linear_cuda_backward.cpp): the node the forward stage records.
+void backward_stage(const Fp8LinearSaved& s);
 
 }  // namespace fp8t::detail

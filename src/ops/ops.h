@@ -37,13 +37,13 @@ struct RowStats {
   Tensor mean, rstd;
   // Optional, set before add() (fp8_ln_cast_ahead): the FP8 LayerNorm linear that reads the sum next, whose input
   // cast the add then does in the same pass where it can (the codes are left in it for that linear).
-  std::shared_ptr<Fp8LnCastAhead> cast_ahead;
+  std::shared_ptr<Fp8LnCastAhead> cast_ahead = nullptr;
   bool defined() const { return mean.defined() && rstd.defined(); }
 };
 // a + b, same shape. stats (optional): on CUDA (bf16), the sum's RowStats computed in the same pass, bit for bit
 // what fp8_linear_ln would compute from the sum (a residual add feeding an FP8 LayerNorm linear); elsewhere left
 // undefined. With stats->cast_ahead set, the same pass also writes that linear's input codes where
-// fp8_ln_cast_ahead_applies (CUDA; where the sum needs a gradient or none is recorded).
+// fp8_ln_cast_ahead's conditions hold (CUDA; where the sum needs a gradient or none is recorded).
 Var add(const Var& a, const Var& b, RowStats* stats = nullptr);
 // qkv (B, T, 3C) laid out [q | k | v], heads contiguous in C  ->  causal attention output (B, T, C)
 // store_fp8 (with a gradient to compute): qkv is kept for backward as FP8 codes and forward and backward run on
