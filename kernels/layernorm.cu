@@ -2,77 +2,17 @@
 // path with C <= 4096 the backward is one kernel (dinp and the dw/db column sums); otherwise dw/db are column
 // sums over row chunks, reduced in shared memory and added with one atomic per column per chunk. The
 // statistics alone (layernorm_stats) for the FP8 cast that applies the normalization itself
-// (kernels/fp8_cast.cuh).
+// (kernels/fp8_cast.cuh); the residual add with the statistics (and the FP8 codes) is in add_layernorm.cu.
 
-#include "core/launch_limits.h"
-#include "kernels/cuda_common.cuh"
 #include "kernels/device_facts.cuh"
-#include "kernels/fp8_cast_common.cuh"
 #include "kernels/layernorm.cuh"
-#include "kernels/layernorm_math.cuh"
+#include "kernels/layernorm_rows.cuh"
 
 namespace fp8t::kernels {
 namespace {
 
 // ------------------------------------------------------------------------------------------------
 // CUDA kernels
-
-constexpr int kRowsPerBlock = 8;  // one warp each
-
-// Row access in chunks of 8 elements: 16-byte vectors when the rows allow it (kVec), else scalars
-// with the tail masked. Each lane owns chunks lane, lane + 32, ... of its row.
-template <bool kVec>
-__device__ __forceinline__ void load8(const bf16* p, int c0, int C, float (&v)[8]) {
-  if constexpr (kVec) {
-    const auto q = Vec16<bf16>::load(p + c0);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = __bfloat162float(q.v[i]);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = c0 + i < C ? __bfloat162float(p[c0 + i]) : 0.0f;
-  }
-}
-template <bool kVec>
-__device__ __forceinline__ void store8(bf16* p, int c0, int C, const float (&v)[8]) {
-  if constexpr (kVec) {
-    Vec16<bf16> q;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) q.v[i] = __float2bfloat16_rn(v[i]);
-    q.store(p + c0);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      if (c0 + i < C) p[c0 + i] = __float2bfloat16_rn(v[i]);
-  }
-}
-
-// The row's mean and rstd (as .x, .y) in every lane of the warp: two passes (mean, then the mean
-// square deviation), with explicit _rn arithmetic so that layernorm_forward_kernel and
-// layernorm_stats_kernel, which both inline it, produce the same bits.
-template <bool kVec>
-__device__ __forceinline__ float2 row_stats(const bf16* x, int C, int lane) {
-  float sum = 0.0f;
-#pragma unroll 4
-  for (int c0 = lane * 8; c0 < C; c0 += 256) {
-    float v[8];
-    load8<kVec>(x, c0, C, v);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) sum = __fadd_rn(sum, v[i]);
-  }
-  const float m = __fdiv_rn(warp_sum(sum), static_cast<float>(C));
-  float var = 0.0f;
-#pragma unroll 4
-  for (int c0 = lane * 8; c0 < C; c0 += 256) {
-    float v[8];
-    load8<kVec>(x, c0, C, v);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float d = c0 + i < C ? __fsub_rn(v[i], m) : 0.0f;
-      var = __fmaf_rn(d, d, var);
-    }
-  }
-  return make_float2(m, rsqrtf(__fadd_rn(__fdiv_rn(warp_sum(var), static_cast<float>(C)), kLayerNormEps)));
-}
 
 template <bool kVec>
 __global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w,
@@ -86,12 +26,8 @@ __global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, co
   bf16* y = out + row * C;
 #pragma unroll 4
   for (int c0 = lane * 8; c0 < C; c0 += 256) {
-    float v[8], wv[8], bv[8];
-    load8<kVec>(x, c0, C, v);
-    load8<kVec>(w, c0, C, wv);
-    load8<kVec>(b, c0, C, bv);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = layernorm_value(v[i], m, s, wv[i], bv[i]);
+    float v[8];
+    layernorm_chunk<kVec>(x, w, b, c0, C, m, s, v);
     store8<kVec>(y, c0, C, v);
   }
   if (lane == 0) {
@@ -111,38 +47,6 @@ __global__ void layernorm_stats_kernel(float* mean, float* rstd, const bf16* inp
     mean[row] = stats.x;
     rstd[row] = stats.y;
   }
-}
-
-// out = a + b (rounded to bf16 as the add op's kernel rounds), then out's mean and rstd: a lane re-reads the chunks it
-// has just written (its own stores: no other lane's), so the statistics are row_stats of the stored row, the bits of
-// layernorm_stats(out).
-template <bool kVec>
-__device__ __forceinline__ float2 add_row_with_stats(bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b,
-                                                     int64_t row, int C, int lane) {
-  const bf16 *ar = a + row * C, *br = b + row * C;
-  bf16* orow = out + row * C;
-#pragma unroll 4
-  for (int c0 = lane * 8; c0 < C; c0 += 256) {
-    float va[8], vb[8];
-    load8<kVec>(ar, c0, C, va);
-    load8<kVec>(br, c0, C, vb);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) va[i] = __fadd_rn(va[i], vb[i]);
-    store8<kVec>(orow, c0, C, va);
-  }
-  const float2 stats = row_stats<kVec>(orow, C, lane);
-  if (lane == 0) {
-    mean[row] = stats.x;
-    rstd[row] = stats.y;
-  }
-  return stats;
-}
-
-template <bool kVec>
-__global__ void add_layernorm_stats_kernel(bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b,
-                                           int64_t N, int C) {
-  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
-  if (row < N) add_row_with_stats<kVec>(out, mean, rstd, a, b, row, C, threadIdx.x % 32);
 }
 
 // The backward's two row sums over one 8-column chunk: sum dnorm and sum dnorm * norm, dnorm = dy * w (zero past
@@ -331,56 +235,6 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   }
 }
 
-// add_layernorm_stats_kernel, then the sum's LayerNorm cast to FP8 in the same pass: codes (N, C) row-major, bit for
-// bit what fp8_cast with the layernorm prologue writes from out and these statistics (layernorm_value rounded to bf16,
-// times scale, to_fp8), with the same amax and saturation count. A lane re-reads its own chunks of out a third time
-// (from cache). kVec also needs codes 8-byte aligned. No early return: flush_stats meets the block at a barrier.
-template <Fp8Format F, bool kVec>
-__global__ void __launch_bounds__(32 * kRowsPerBlock)
-    add_layernorm_cast_kernel(bf16* out, float* mean, float* rstd, uint8_t* codes, const bf16* a, const bf16* b,
-                              const bf16* w, const bf16* lb, int64_t N, int C, const float* scale_ptr,
-                              Fp8CastOutputs cast_stats) {
-  static_assert(32 * kRowsPerBlock == kThreads, "flush_stats reduces over kThreads threads");
-  const int lane = threadIdx.x % 32;
-  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
-  ThreadStats st;
-  if (row < N) {
-    const float2 stats = add_row_with_stats<kVec>(out, mean, rstd, a, b, row, C, lane);
-    const float m = stats.x, s = stats.y;
-    const bf16* orow = out + row * C;
-    const float scale = *scale_ptr;
-    uint8_t* crow = codes + row * C;
-#pragma unroll 2
-    for (int c0 = lane * 8; c0 < C; c0 += 256) {
-      float x[8], wv[8], bv[8];
-      load8<kVec>(orow, c0, C, x);
-      load8<kVec>(w, c0, C, wv);
-      load8<kVec>(lb, c0, C, bv);
-#pragma unroll
-      for (int i = 0; i < 8; i += 2) {  // layernorm_value_bf16, the bf16 roundings in pairs; padding stays zero
-        const float2 v = bf16_round2(layernorm_value(x[i], m, s, wv[i], bv[i]),
-                                     layernorm_value(x[i + 1], m, s, wv[i + 1], bv[i + 1]));
-        x[i] = kVec || c0 + i < C ? v.x : 0.0f;
-        x[i + 1] = kVec || c0 + i + 1 < C ? v.y : 0.0f;
-      }
-      const uint2 q = convert8<F>(x, scale, st);
-      if constexpr (kVec) {
-        *reinterpret_cast<uint2*>(crow + c0) = q;
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-          if (c0 + i < C) crow[c0 + i] = byte_of(i < 4 ? q.x : q.y, i % 4);
-      }
-    }
-  }
-  flush_stats(st, cast_stats);
-}
-
-// The grid for N rows, kRowsPerBlock per block: the kernels index rows in 64 bits, the grid must fit.
-unsigned row_blocks(int64_t N, const char* op) {
-  return checked_grid(ceil_div64(N, kRowsPerBlock), kMaxGridX, op, "N rows (8 per block)");
-}
-
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------
@@ -411,41 +265,6 @@ void layernorm_stats(float* mean, float* rstd, const bf16* inp, int64_t N, int C
   else
     layernorm_stats_kernel<false><<<blocks, threads, 0, stream>>>(mean, rstd, inp, N, C);
   CUDA_CHECK_LAUNCH();
-}
-
-void add_layernorm_stats(bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b, int64_t N, int C,
-                         cudaStream_t stream) {
-  FP8T_CHECK(N > 0 && C > 0, "add_layernorm_stats: bad sizes N={} C={}", N, C);
-  // Both paths give the same bits where C % 8 == 0 (the same chunks in the same order), as layernorm_stats's do.
-  const bool vec = C % 8 == 0 && aligned16(out) && aligned16(a) && aligned16(b);
-  const unsigned blocks = row_blocks(N, "add_layernorm_stats");
-  const int threads = 32 * kRowsPerBlock;
-  if (vec)
-    add_layernorm_stats_kernel<true><<<blocks, threads, 0, stream>>>(out, mean, rstd, a, b, N, C);
-  else
-    add_layernorm_stats_kernel<false><<<blocks, threads, 0, stream>>>(out, mean, rstd, a, b, N, C);
-  CUDA_CHECK_LAUNCH();
-}
-
-void add_layernorm_cast(bf16* out, float* mean, float* rstd, uint8_t* codes, const bf16* a, const bf16* b,
-                        const bf16* w, const bf16* lb, int64_t N, int C, Fp8Format format, const float* scale,
-                        Fp8CastOutputs stats, cudaStream_t stream) {
-  FP8T_CHECK(N > 0 && C > 0, "add_layernorm_cast: bad sizes N={} C={}", N, C);
-  FP8T_CHECK(scale != nullptr && codes != nullptr, "add_layernorm_cast: the scale or the codes pointer is null");
-  FP8T_CHECK(stats.colsum == nullptr, "add_layernorm_cast: no column sums");
-  // The same chunks as add_layernorm_stats's either way, so the same statistics; the codes do not depend on the path.
-  const bool vec = C % 8 == 0 && aligned16(out) && aligned16(a) && aligned16(b) && aligned16(w) && aligned16(lb) &&
-                   aligned8(codes);
-  const unsigned blocks = row_blocks(N, "add_layernorm_cast");
-  const int threads = 32 * kRowsPerBlock;
-  auto launch = [&](auto kernel) {
-    kernel<<<blocks, threads, 0, stream>>>(out, mean, rstd, codes, a, b, w, lb, N, C, scale, stats);
-    CUDA_CHECK_LAUNCH();
-  };
-  if (format == Fp8Format::e4m3)
-    vec ? launch(add_layernorm_cast_kernel<Fp8Format::e4m3, true>) : launch(add_layernorm_cast_kernel<Fp8Format::e4m3, false>);
-  else
-    vec ? launch(add_layernorm_cast_kernel<Fp8Format::e5m2, true>) : launch(add_layernorm_cast_kernel<Fp8Format::e5m2, false>);
 }
 
 void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
