@@ -1,7 +1,7 @@
 // The CUDA path of the FP8 linear ops (declared in src/ops/fp8_linear_cuda.h), in stages: here the forward stage (the
 // FP8 weight cache of fp8_weight_cuda.cpp, the input cast with its prologue, the fprop GEMM, and what backward
 // keeps, as an Fp8LinearSaved); the backward stage (the output-gradient cast, then dgrad by prologue, then wgrad) is
-// in fp8_linear_cuda_backward.cpp.
+// in fp8_linear_backward_cuda.cpp.
 // Every FP8 operand is a QuantizedTensor (fp8/quantized_tensor.h); the recipe (fp8/recipe.h) says whether a
 // cast needs an amax pass first and whether the scale must be kept for backward.
 #include "ops/fp8_linear_cuda.h"

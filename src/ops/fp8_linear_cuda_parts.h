@@ -1,5 +1,5 @@
 // The pieces of the FP8 linear's CUDA path that its forward and backward stages (fp8_linear_cuda.cpp,
-// fp8_linear_cuda_backward.cpp) share with its weight handling (fp8_weight_cuda.cpp: the per-version weight cache and
+// fp8_linear_backward_cuda.cpp) share with its weight handling (fp8_weight_cuda.cpp: the per-version weight cache and
 // the sharded-master publishing) and with the residual add that casts ahead (add_cuda.cpp): device scale slots, the
 // current-scaling amax pass, GEMM operands and per-tensor code buffers; and what the forward stage keeps for the
 // backward stage (Fp8LinearSaved).
@@ -67,7 +67,7 @@ struct Fp8LinearSaved {
   Tensor ln_mean, ln_rstd;
 };
 
-// The backward stage (fp8_linear_cuda_backward.cpp): the node the forward stage records.
+// The backward stage (fp8_linear_backward_cuda.cpp): the node the forward stage records.
 void backward_stage(const Fp8LinearSaved& s);
 
 }  // namespace fp8t::detail
