@@ -79,6 +79,9 @@ struct TrainConfig {
   Recompute recompute = Recompute::none;  // see Recompute
   bool skip_nonfinite_steps = false;      // skip an optimizer step with NaN/Inf instead of stopping
   int max_skipped_steps = 5;              // with skip_nonfinite_steps: stop after this many skips in a row
+  // CUDA, one rank: from the second step on, each micro-step's forward and backward is replayed as a CUDA graph
+  // captured once (core/graph_capture.h), which removes the host's launches and the gaps between kernels.
+  bool cuda_graph = false;
   // A run or checkpoint directory (e.g. from `fp8train import`) whose weights a new run starts from: step 0,
   // fresh optimizer and FP8 state; its model must be this config's. "": the seeded init. --resume wins over it.
   std::string init_from;

@@ -108,6 +108,7 @@ void visit_fields(C& c, V& v) {
   v("train.checkpoint_every", t.checkpoint_every, at_least(-1));
   v("train.recompute", t.recompute);
   v("train.skip_nonfinite_steps", t.skip_nonfinite_steps);
+  v("train.cuda_graph", t.cuda_graph);
   v("train.max_skipped_steps", t.max_skipped_steps, at_least(1));
   v("train.init_from", t.init_from);
   auto& o = c.optim;

@@ -103,6 +103,12 @@ void Allocator::reset_peaks() {
   stats_.total_peak = stats_.total_current;
 }
 
+void Allocator::note_replay(const MemoryStats& at_capture) {
+  std::lock_guard lk(mu_);
+  for (size_t i = 0; i < kNumMemCategories; ++i) stats_.peak[i] = std::max(stats_.peak[i], at_capture.peak[i]);
+  stats_.total_peak = std::max(stats_.total_peak, at_capture.total_peak);
+}
+
 CpuAllocator::~CpuAllocator() { release_cached(); }
 
 void* CpuAllocator::raw_allocate(size_t bytes, MemCategory cat) {

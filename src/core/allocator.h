@@ -66,6 +66,13 @@ class Allocator {
   // capacity() reports the cap. The host allocator reports it as its capacity but does not enforce it.
   void set_limit(int64_t bytes);
   int64_t limit() const;
+  // A CUDA graph's private pool (core/graph_capture.h): between begin and end every block handed out or given
+  // back becomes the graph's, and from then on is handed out only inside later captures, never to code
+  // outside a graph, which could hold it across a replay that writes it. Host allocators have no graphs.
+  virtual void begin_graph_pool() {}
+  virtual void end_graph_pool() {}
+  // A replayed graph allocates nothing here, but its step held what its capture did: the peaks rise to those.
+  void note_replay(const MemoryStats& at_capture);
 
  protected:
   virtual void* raw_allocate(size_t bytes, MemCategory cat) = 0;  // throws Error with a report on failure

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "core/allocator.h"
 #include "core/cuda_check.h"
@@ -23,6 +24,7 @@ class CudaAllocator final : public Allocator {
   ~CudaAllocator() override {
     // The runtime may already be shutting down at exit: ignore errors here.
     for (auto& [sz, p] : free_) (void)cudaFree(p);
+    for (auto& [sz, p] : graph_free_) (void)cudaFree(p);
   }
   Device device() const override { return Device::cuda(index_); }
   int64_t capacity() const override {
@@ -36,17 +38,51 @@ class CudaAllocator final : public Allocator {
     std::lock_guard lk(mu_);
     release_cached_locked();
   }
+  void begin_graph_pool() override {
+    std::lock_guard lk(mu_);
+    in_graph_capture_ = true;
+  }
+  void end_graph_pool() override {
+    std::lock_guard lk(mu_);
+    in_graph_capture_ = false;
+  }
 
  protected:
   void* raw_allocate(size_t bytes, MemCategory cat) override {
     const size_t sz = round_block_size(bytes);
-    // Best fit, within pool_block_fits (large blocks stay for large asks).
-    if (auto it = free_.lower_bound(sz); it != free_.end() && pool_block_fits(it->first, sz)) {
-      void* p = it->second;
-      block_size_[p] = it->first;
-      free_.erase(it);
+    // Inside a capture, the graphs' own free blocks first; then, as outside one, the shared pool or a new block,
+    // which becomes the graphs'.
+    if (in_graph_capture_) {
+      if (void* p = take_free(graph_free_, sz)) return p;
+      void* p = allocate_shared(bytes, sz, cat);
+      graph_owned_.insert(p);
       return p;
     }
+    return allocate_shared(bytes, sz, cat);
+  }
+
+  void raw_deallocate(void* ptr, size_t bytes) override {
+    auto it = block_size_.find(ptr);
+    const size_t sz = it != block_size_.end() ? it->second : round_block_size(bytes);
+    if (it != block_size_.end()) block_size_.erase(it);
+    // A block given back inside a capture may be read by the graph before that point: the graphs' from now on.
+    if (in_graph_capture_) graph_owned_.insert(ptr);
+    (graph_owned_.contains(ptr) ? graph_free_ : free_).emplace(sz, ptr);
+  }
+
+ private:
+  // Best fit, within pool_block_fits (large blocks stay for large asks); nullptr if none fits.
+  void* take_free(std::multimap<size_t, void*>& pool, size_t sz) {
+    auto it = pool.lower_bound(sz);
+    if (it == pool.end() || !pool_block_fits(it->first, sz)) return nullptr;
+    void* p = it->second;
+    block_size_[p] = it->first;
+    pool.erase(it);
+    return p;
+  }
+
+  void* allocate_shared(size_t bytes, size_t sz, MemCategory cat) {
+    if (void* p = take_free(free_, sz)) return p;
     DeviceGuard guard(index_);
     void* p = nullptr;
     // Under a limit, an allocation that would take the pool past it first returns the cached blocks.
@@ -86,14 +122,6 @@ class CudaAllocator final : public Allocator {
     return p;
   }
 
-  void raw_deallocate(void* ptr, size_t bytes) override {
-    auto it = block_size_.find(ptr);
-    const size_t sz = it != block_size_.end() ? it->second : round_block_size(bytes);
-    if (it != block_size_.end()) block_size_.erase(it);
-    free_.emplace(sz, ptr);
-  }
-
- private:
   struct DeviceGuard {
     int prev = 0;
     explicit DeviceGuard(int index) {
@@ -116,6 +144,10 @@ class CudaAllocator final : public Allocator {
 
   int index_;
   std::multimap<size_t, void*> free_;         // block size -> cached block
+  // The CUDA graphs' private pool: blocks a capture used, and those of them free (handed out only in captures).
+  std::set<void*> graph_owned_;
+  std::multimap<size_t, void*> graph_free_;
+  bool in_graph_capture_ = false;
   std::map<void*, size_t> block_size_;        // live block -> its actual (pooled) size
 };
 

@@ -3,8 +3,11 @@
 
 #include <cstring>
 
+#include "core/graph_capture.h"
 #ifdef FP8T_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "kernels/stream.cuh"
 #endif
 
 namespace fp8t {
@@ -70,7 +73,11 @@ void Tensor::zero_() {
   if (numel() == 0) return;
 #ifdef FP8T_HAVE_CUDA
   if (device().is_cuda()) {
-    FP8T_CHECK(cudaMemset(raw(), 0, nbytes()) == cudaSuccess, "cudaMemset failed");
+    // Inside a CUDA graph's capture on the compute stream (core/graph_capture.h); elsewhere on the legacy
+    // stream, which orders with every stream that may use the tensor.
+    const cudaError_t err = graph_capturing() ? cudaMemsetAsync(raw(), 0, nbytes(), kernels::compute_stream())
+                                              : cudaMemset(raw(), 0, nbytes());
+    FP8T_CHECK(err == cudaSuccess, "cudaMemset failed: {}", cudaGetErrorString(err));
     return;
   }
 #endif
@@ -84,6 +91,14 @@ void copy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size
     return;
   }
 #ifdef FP8T_HAVE_CUDA
+  if (graph_capturing()) {
+    FP8T_CHECK(!dst_dev.is_cpu() && !src_dev.is_cpu(), "a copy of {} bytes between the host and {} inside a "
+               "captured training step (train.cuda_graph): a replay would not redo it; set train.cuda_graph: false",
+               n, dst_dev.is_cpu() ? src_dev.str() : dst_dev.str());
+    const cudaError_t err = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, kernels::compute_stream());
+    FP8T_CHECK(err == cudaSuccess, "cudaMemcpyAsync of {} bytes failed: {}", n, cudaGetErrorString(err));
+    return;
+  }
   const cudaError_t err = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
   FP8T_CHECK(err == cudaSuccess, "cudaMemcpy of {} bytes failed: {}", n, cudaGetErrorString(err));
 #else

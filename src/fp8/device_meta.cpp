@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "core/check.h"
+#include "core/graph_capture.h"
 
 namespace fp8t {
 
@@ -38,6 +39,12 @@ Fp8DeviceSlot* Fp8DeviceState::slots(Device device, const Fp8Metas& metas) {
     uploaded_scale_[r] = metas[r]->scale;
   }
   return dev;
+}
+
+void Fp8DeviceState::mark_pending(Fp8Role role) {
+  const auto r = static_cast<size_t>(role);
+  pending_[r] = true;
+  on_graph_replay([this, r] { pending_[r] = true; });
 }
 
 Tensor Fp8DeviceState::scales_view(Fp8Role role) const {

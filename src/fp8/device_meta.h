@@ -47,7 +47,8 @@ class Fp8DeviceState {
   // QuantizedTensor cast with this state carries, element 1 the scale a re-cast reads.
   Tensor scales_view(Fp8Role role) const;
   // A cast that accumulated statistics into `role`'s slot was launched.
-  void mark_pending(Fp8Role role) { pending_[static_cast<size_t>(role)] = true; }
+  // Also again at every replay of a CUDA graph that captured the cast (core/graph_capture.h).
+  void mark_pending(Fp8Role role);
   // Moves the device statistics of the roles with casts since the last call into the host metas
   // (Fp8TensorMeta::record; current scaling also takes the device scale) and zeroes them on the
   // device. Synchronizes the host with the device; a no-op when nothing is pending.

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "core/graph_capture.h"
 #include "kernels/fp8_cast.cuh"
 #include "kernels/stream.cuh"
 #include "ops/fp8_linear_cuda.h"
@@ -61,9 +62,13 @@ void cache_weight_cuda(Fp8LinearState& st, const Tensor& w, Fp8DeviceSlot* slots
   k::fp8_cast(w.raw(), w.dtype(), OC, IC, q.codes.data<uint8_t>(), q.codes_t.data<uint8_t>(), st.formats.forward,
               &s->scale, stats_into(s), stream);
   st.device.mark_pending(Fp8Role::weight);  // the step's weight amax, whatever the grad mode (as on the CPU)
-  st.cached_version = st.weight_version;
-  st.cache_valid = true;
-  ++st.weight_casts;
+  auto now_current = [&st] {
+    st.cached_version = st.weight_version;
+    st.cache_valid = true;
+    ++st.weight_casts;
+  };
+  now_current();
+  on_graph_replay(now_current);  // a replayed step casts the weight of its own version
 }
 
 // ---------------------------------------------------------------- sharded-master weights

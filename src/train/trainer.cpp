@@ -3,10 +3,12 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 
 #include "autograd/tape.h"
+#include "core/graph_capture.h"
 #include "core/host_staging.h"
 #include "data/shard.h"
 #include "dist/zero.h"
@@ -112,6 +114,10 @@ class Trainer {
       val_loaders_.push_back(std::make_unique<ShardLoader>(set.glob, cfg.train.micro_batch, cfg.model.seq_len,
                                                            comm.rank(), world, 0, cfg.model.vocab_size));
     batch_ = std::make_unique<Batch>(cfg.train.micro_batch, cfg.model.seq_len, device_);
+    use_graphs_ = cfg.train.cuda_graph && device_.is_cuda() && world == 1;
+    if (cfg.train.cuda_graph && !use_graphs_)
+      log_->warn("train.cuda_graph applies to one CUDA rank; this run ({} x {}) runs without it", world,
+                 device_.str());
 
     if (resume && !cfg.train.init_from.empty())
       log_->info("--resume {} wins over train.init_from {}", resume->string(), cfg.train.init_from);
@@ -180,19 +186,9 @@ class Trainer {
     Tensor loss_sum;  // summed on the device: one host read per step, not one per micro-step
     for (int micro = 0; micro < accum_; ++micro) {
       batch_->load(*train_loader_);
-      Tape tape;
-      Var loss;
-      reducer_->begin_micro();  // ZeRO-2 stages and reduces buckets during every backward
-      {
-        TapeScope scope(&tape);
-        loss = model_->loss(batch_->inputs, batch_->targets, cfg_.train.recompute == Recompute::block,
-                            1.0f / static_cast<float>(accum_));
-      }
-      tape.set_progress_hook(reducer_->backward_hook());
-      tape.backward(loss, 1.0f / static_cast<float>(accum_));
-      reducer_->end_micro();
-      if (!loss_sum.defined()) loss_sum = zeros_like(loss->value, loss->value.dtype());
-      add_(loss_sum, loss->value);
+      const Tensor loss = micro_step(micro);
+      if (!loss_sum.defined()) loss_sum = zeros_like(loss, loss.dtype());
+      add_(loss_sum, loss);
     }
     const auto t_queued = Clock::now();  // every micro-step's forward and backward queued on the device
     const double local_loss = loss_sum.to_float_vector()[0] / accum_;
@@ -239,7 +235,40 @@ class Trainer {
     last_queue_ms_ = std::chrono::duration<double, std::milli>(t_queued - t0).count();
     last_wait_ms_ = std::chrono::duration<double, std::milli>(t_done - t_queued).count();
     last_skipped_ = skipped;
+    ++steps_in_process_;
     return loss;
+  }
+
+  // One micro-step's forward and backward on the loaded batch; returns the loss's value (a device scalar).
+  Tensor forward_backward() {
+    Tape tape;
+    Var loss;
+    reducer_->begin_micro();  // ZeRO-2 stages and reduces buckets during every backward
+    {
+      TapeScope scope(&tape);
+      loss = model_->loss(batch_->inputs, batch_->targets, cfg_.train.recompute == Recompute::block,
+                          1.0f / static_cast<float>(accum_));
+    }
+    tape.set_progress_hook(reducer_->backward_hook());
+    tape.backward(loss, 1.0f / static_cast<float>(accum_));
+    reducer_->end_micro();
+    return loss->value;
+  }
+
+  // train.cuda_graph: from the process's second step on (the first fills the caches: GEMM plans, FP8 weight
+  // codes, the allocator's pool), a step's first micro-step, which casts the new FP8 weights, and its later
+  // ones each replay their own graph, captured the first time it is needed.
+  Tensor micro_step(int micro) {
+    if (!use_graphs_ || steps_in_process_ == 0) return forward_backward();
+    const size_t g = micro == 0 ? 0 : 1;
+    if (!graphs_[g]) {
+      graphs_[g] = std::make_unique<StepGraph>();
+      graphs_[g]->capture(device_, [&] { graph_loss_[g] = forward_backward(); });
+      log_->info("train.cuda_graph: captured the {} micro-step of a step at step {}", g == 0 ? "first" : "later",
+                 step_ + 1);
+    }
+    graphs_[g]->replay();
+    return graph_loss_[g];
   }
 
   // Step step_ + 1 went non-finite (`what`, before its update): stops the run naming the first op that
@@ -386,6 +415,10 @@ class Trainer {
   std::unique_ptr<Batch> batch_;
   std::unique_ptr<MetricsWriter> metrics_;
   int accum_ = 1;
+  bool use_graphs_ = false;  // train.cuda_graph where it applies (one CUDA rank)
+  int steps_in_process_ = 0;
+  std::array<std::unique_ptr<StepGraph>, 2> graphs_;  // a step's first micro-step, its later ones
+  std::array<Tensor, 2> graph_loss_;                  // their losses' device scalars
   int64_t tokens_per_step_ = 0, opt_begin_ = 0, opt_end_ = 0, tokens_ = 0;
   int step_ = 0, opt_steps_ = 0;
   double last_lr_ = 0, last_norm_ = 0, last_step_ms_ = 0, last_queue_ms_ = 0, last_wait_ms_ = 0;
