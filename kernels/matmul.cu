@@ -72,7 +72,6 @@ cublasLtEpilogue_t lt_epilogue(MatmulEpilogue e) {
     case MatmulEpilogue::gelu_bias: return CUBLASLT_EPILOGUE_GELU_BIAS;
     case MatmulEpilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case MatmulEpilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
-    case MatmulEpilogue::dgelu_bgrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -215,9 +214,7 @@ Plan& get_plan(DeviceContext& ctx, const PlanKey& key) {
   if (key.epilogue == MatmulEpilogue::bias || key.epilogue == MatmulEpilogue::gelu_bias ||
       key.epilogue == MatmulEpilogue::gelu_aux_bias)
     set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(key.d));
-  if (key.epilogue == MatmulEpilogue::dgelu_bgrad) set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_32F);
-  if (key.epilogue == MatmulEpilogue::gelu_aux_bias || key.epilogue == MatmulEpilogue::dgelu ||
-      key.epilogue == MatmulEpilogue::dgelu_bgrad)
+  if (key.epilogue == MatmulEpilogue::gelu_aux_bias || key.epilogue == MatmulEpilogue::dgelu)
     set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{key.m});
   plan->a = key.trans_a ? make_layout(cuda_type(key.a), key.k, key.m) : make_layout(cuda_type(key.a), key.m, key.k);
   plan->b = key.trans_b ? make_layout(cuda_type(key.b), key.n, key.k) : make_layout(cuda_type(key.b), key.k, key.n);
@@ -308,10 +305,9 @@ void matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, con
   FP8T_CHECK(d_dtype == DType::bf16 || d_dtype == DType::f32, "matmul: output dtype {} (bf16 or f32)",
              dtype_name(d_dtype));
   const bool has_bias = epilogue == MatmulEpilogue::bias || epilogue == MatmulEpilogue::gelu_bias ||
-                        epilogue == MatmulEpilogue::gelu_aux_bias || epilogue == MatmulEpilogue::dgelu_bgrad;
+                        epilogue == MatmulEpilogue::gelu_aux_bias;
   FP8T_CHECK(!has_bias || bias != nullptr, "matmul: bias epilogue without a bias pointer");
-  const bool has_aux = epilogue == MatmulEpilogue::gelu_aux_bias || epilogue == MatmulEpilogue::dgelu ||
-                       epilogue == MatmulEpilogue::dgelu_bgrad;
+  const bool has_aux = epilogue == MatmulEpilogue::gelu_aux_bias || epilogue == MatmulEpilogue::dgelu;
   FP8T_CHECK(!has_aux || aux != nullptr, "matmul: GELU aux epilogue without aux");
   const bool fp8 = a.dtype == DType::e4m3 || a.dtype == DType::e5m2;
   FP8T_CHECK(fp8 == (b.dtype == DType::e4m3 || b.dtype == DType::e5m2),
@@ -390,11 +386,10 @@ void matmul_forward_gelu(bf16* out, bf16* pre, const bf16* inp, const bf16* weig
 }
 
 void matmul_backward_input_dgelu(bf16* dpre, const bf16* dout, const bf16* weight, const bf16* pre, int M, int K,
-                                 int N, cudaStream_t stream, float* dbias) {
-  // As matmul_backward_input with beta 0; pre^T (K, M) has leading dimension K, as dpre^T does, and dbias has
-  // one entry per row of dpre^T.
+                                 int N, cudaStream_t stream) {
+  // As matmul_backward_input with beta 0; pre^T (K, M) has leading dimension K, as dpre^T does.
   matmul_cublaslt(dpre, DType::bf16, {weight, DType::bf16}, false, {dout, DType::bf16}, false, K, M, N, 1.0f, 0.0f,
-                  dbias ? MatmulEpilogue::dgelu_bgrad : MatmulEpilogue::dgelu, dbias, const_cast<bf16*>(pre), stream);
+                  MatmulEpilogue::dgelu, nullptr, const_cast<bf16*>(pre), stream);
 }
 
 void matmul_backward_weight(void* dweight, DType dweight_dtype, const bf16* dout, const bf16* inp, int M, int K, int N,

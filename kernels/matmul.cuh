@@ -17,7 +17,6 @@ enum class MatmulEpilogue : uint8_t {
   gelu_bias,      // D = gelu(A B + bias)
   gelu_aux_bias,  // D = gelu(A B + bias), and the pre-GELU values are written to `aux` (for backward)
   dgelu,          // D = (A B) * gelu'(aux), aux holding the pre-GELU values (D's type and layout)
-  dgelu_bgrad,    // as dgelu, and `bias` (f32, one per row of D) = the sums of D's rows: the bias gradient
 };
 
 // One GEMM operand: its data, element type, and (FP8 only) a device pointer to its f32 dequantisation
@@ -72,12 +71,9 @@ void matmul_forward_gelu(__nv_bfloat16* out, __nv_bfloat16* pre, const __nv_bflo
                          const __nv_bfloat16* weight, const __nv_bfloat16* bias, int M, int K, int N,
                          cudaStream_t stream);
 // dpre (M, K) bf16 = (dout (M, N) @ weight (N, K)) * gelu'(pre (M, K)): the gradient through a GELU whose
-// output fed this GEMM. Overwrites dpre. dbias (optional, f32, K): overwritten with dpre's column sums, the
-// gradient of the bias added before that GELU (cuBLASLt's DGELU_BGRAD epilogue), from the f32 values before
-// their rounding to bf16.
+// output fed this GEMM. Overwrites dpre.
 void matmul_backward_input_dgelu(__nv_bfloat16* dpre, const __nv_bfloat16* dout, const __nv_bfloat16* weight,
-                                 const __nv_bfloat16* pre, int M, int K, int N, cudaStream_t stream,
-                                 float* dbias = nullptr);
+                                 const __nv_bfloat16* pre, int M, int K, int N, cudaStream_t stream);
 // dweight (N, K) (+)= dout (M, N)^T @ inp (M, K); dweight f32 or bf16 (precision.grad_dtype: the f32 sum with
 // beta = 1 is rounded to bf16 once per call)
 void matmul_backward_weight(void* dweight, DType dweight_dtype, const __nv_bfloat16* dout, const __nv_bfloat16* inp,

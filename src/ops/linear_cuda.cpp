@@ -46,8 +46,7 @@ void matmul_forward_gelu(Tensor& out, Tensor& pre, const Tensor& inp, const Tens
                          to_int(M, op, "M"), to_int(K, op, "K"), to_int(N, op, "N"), k::compute_stream());
 }
 
-void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weight, const Tensor& pre,
-                           Tensor* dbias_sums) {
+void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weight, const Tensor& pre) {
   const char* op = "matmul_backward_dgelu";
   expect(dpre, DType::bf16, op, "dpre");
   expect(dout, DType::bf16, op, "dout");
@@ -57,13 +56,8 @@ void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weigh
   FP8T_CHECK(dout.dim(-1) == N, "{}: dout {} does not match weight {}", op, dout.str(), weight.str());
   expect_numel(dpre, M * K, op, "dpre");
   expect_numel(pre, M * K, op, "pre");
-  if (dbias_sums) {
-    expect(*dbias_sums, DType::f32, op, "dbias_sums");
-    expect_numel(*dbias_sums, K, op, "dbias_sums");
-  }
   k::matmul_backward_input_dgelu(dpre.data<bf16>(), dout.data<bf16>(), weight.data<bf16>(), pre.data<bf16>(),
-                                 to_int(M, op, "M"), to_int(K, op, "K"), to_int(N, op, "N"), k::compute_stream(),
-                                 dbias_sums ? dbias_sums->data<float>() : nullptr);
+                                 to_int(M, op, "M"), to_int(K, op, "K"), to_int(N, op, "N"), k::compute_stream());
 }
 
 void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
@@ -135,18 +129,15 @@ Var gelu_mlp_cuda(const Var& x, const Var& w1, const Var& b1, const Var& w2, con
       // (needs_grad() is false here: the tape does not record during backward.)
       if (!x->requires_grad && !w1->requires_grad && !b1->requires_grad) return;
       const Tensor& xv = value_of(x);  // x may have been released for recompute
-      // d(pre) straight from the second GEMM's epilogue: no GELU pass, no zero-filled buffers; with b1's
-      // gradient, its column sums from the same epilogue (DGELU_BGRAD), not from another pass over d(pre).
+      // d(pre) straight from the second GEMM's epilogue: no GELU pass, no zero-filled buffers.
       Tensor dpre = Tensor::empty({M, H}, DType::bf16, pre.device(), MemCategory::activations);
-      Tensor db1 = b1->requires_grad ? grad_of(b1) : Tensor();
-      Tensor db1_sums;
-      if (db1.defined()) db1_sums = Tensor::empty({H}, DType::f32, pre.device(), MemCategory::workspace);
-      cuda_ops::matmul_backward_dgelu(dpre, dout, w2->value, pre, or_null(db1_sums));
-      if (db1.defined()) add_(db1, db1_sums);
+      cuda_ops::matmul_backward_dgelu(dpre, dout, w2->value, pre);
       bool accumulate = true;
       Tensor dx = x->requires_grad ? grad_for_write(x, accumulate).view({M, IC}) : Tensor();
       Tensor dw1 = w1->requires_grad ? grad_of(w1) : Tensor();
-      cuda_ops::matmul_backward(or_null(dx), or_null(dw1), nullptr, dpre, xv.view({M, IC}), w1->value, accumulate);
+      Tensor db1 = b1->requires_grad ? grad_of(b1) : Tensor();
+      cuda_ops::matmul_backward(or_null(dx), or_null(dw1), or_null(db1), dpre, xv.view({M, IC}), w1->value,
+                                accumulate);
     });
     mark_gradient_read_only(y, {&x, &w1, &b1, &w2, &b2});
   }

@@ -16,10 +16,7 @@ void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor&
 // out (M, N) = gelu(inp @ weight^T + bias), pre (M, N) = the pre-GELU values (cuBLASLt epilogue)
 void matmul_forward_gelu(Tensor& out, Tensor& pre, const Tensor& inp, const Tensor& weight, const Tensor& bias);
 // dpre (M, K) = (dout (M, N) @ weight (N, K)) * gelu'(pre), overwritten (cuBLASLt epilogue)
-// dbias_sums (optional, f32 with one element per column of dpre): overwritten with dpre's column sums (the
-// GEMM's epilogue computes them).
-void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weight, const Tensor& pre,
-                           Tensor* dbias_sums = nullptr);
+void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weight, const Tensor& pre);
 
 }  // namespace fp8t::cuda_ops
 
