@@ -1,8 +1,8 @@
 // StepGraph (core/graph_capture.h): stream capture of a micro-step and its replays.
 #include "core/graph_capture.h"
 
-#include <atomic>
 #include <exception>
+#include <string>
 #include <utility>
 
 #include "core/check.h"
@@ -60,20 +60,23 @@ void StepGraph::capture(Device d, const std::function<void()>& work) {
   g_replay_actions = &actions;
   // Relaxed: the allocator may still call cudaMalloc for a block the warm-up step did not need.
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
-  std::exception_ptr failed;
+  std::string failed;  // what went wrong inside the capture: the step, or an operation a capture does not allow
   try {
     work();
+  } catch (const std::exception& e) {
+    failed = e.what();
   } catch (...) {
-    failed = std::current_exception();
+    failed = "an unknown error";
   }
   g_replay_actions = nullptr;
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(stream, &graph);
   alloc.end_graph_pool();
-  if (failed) {
+  if (!failed.empty()) {
     if (graph) (void)cudaGraphDestroy(graph);
     (void)cudaGetLastError();
-    std::rethrow_exception(failed);
+    FP8T_FAIL("capturing the training step as a CUDA graph (train.cuda_graph) failed: {}. Set train.cuda_graph: "
+              "false to run without it", failed);
   }
   FP8T_CHECK(end == cudaSuccess && graph, "capturing the training step as a CUDA graph failed: {} (some op in the "
              "step is not capturable); set train.cuda_graph: false", cudaGetErrorString(end));
