@@ -44,8 +44,6 @@ StepGraph::~StepGraph() {
 }
 
 #ifdef FP8T_HAVE_CUDA
-bool StepGraph::ready() const { return impl_->exec != nullptr; }
-
 void StepGraph::capture(Device d, const std::function<void()>& work) {
   FP8T_CHECK(d.is_cuda(), "a CUDA graph of the step needs a CUDA device, not {}", d.str());
   FP8T_CHECK(!graph_capturing(), "StepGraph::capture inside another capture");
@@ -96,8 +94,6 @@ void StepGraph::replay() {
   allocator_for(impl_->device).note_replay(impl_->at_capture);
 }
 #else
-bool StepGraph::ready() const { return false; }
-
 void StepGraph::capture(Device d, const std::function<void()>&) {
   FP8T_FAIL("a CUDA graph of the step needs a CUDA build and device (got {}); set train.cuda_graph: false",
             d.str());

@@ -38,7 +38,6 @@ class StepGraph {
   // Captures what `work` queues on device d's compute stream, without running it, and instantiates the graph.
   // An error inside `work` or in the capture ends the capture and is thrown.
   void capture(Device d, const std::function<void()>& work);
-  bool ready() const;
   // Launches the graph on the compute stream, then redoes the host state registered during the capture and
   // raises the allocator's peaks to the capture's (the memory the graph's step held).
   void replay();

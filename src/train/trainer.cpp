@@ -261,9 +261,10 @@ class Trainer {
   Tensor micro_step(int micro) {
     if (!use_graphs_ || steps_in_process_ == 0) return forward_backward();
     const size_t g = micro == 0 ? 0 : 1;
-    if (!graphs_[g]) {
-      graphs_[g] = std::make_unique<StepGraph>();
-      graphs_[g]->capture(device_, [&] { graph_loss_[g] = forward_backward(); });
+    if (!graphs_[g]) {  // kept only once captured
+      auto graph = std::make_unique<StepGraph>();
+      graph->capture(device_, [&] { graph_loss_[g] = forward_backward(); });
+      graphs_[g] = std::move(graph);
       log_->info("train.cuda_graph: captured the {} micro-step of a step at step {}", g == 0 ? "first" : "later",
                  step_ + 1);
     }
