@@ -1,6 +1,7 @@
-// The residual add before a LayerNorm that runs inside an FP8 cast: out = a + b with out's LayerNorm statistics in
-// the same pass (add_layernorm_stats), and with the LayerNorm's FP8 codes too (add_layernorm_cast). One warp per row
-// (kernels/layernorm_rows.cuh), the statistics those of layernorm_stats bit for bit.
+// The residual add before a LayerNorm: out = a + b with out's LayerNorm statistics in the same pass
+// (add_layernorm_stats, for a LayerNorm that runs inside an FP8 cast), with the LayerNorm's output too
+// (add_layernorm_forward), or with its FP8 codes (add_layernorm_cast). One warp per row (kernels/layernorm_rows.cuh),
+// the statistics those of layernorm_stats bit for bit.
 #include "kernels/fp8_cast_common.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/layernorm_rows.cuh"
@@ -41,6 +42,25 @@ __global__ void add_layernorm_stats_kernel(bf16* out, float* mean, float* rstd, 
                                            int64_t N, int C) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   if (row < N) add_row_with_stats<kVec>(out, mean, rstd, a, b, row, C, threadIdx.x % 32);
+}
+
+// add_layernorm_stats_kernel, then the sum's LayerNorm into normed in the same pass: the chunks and arithmetic of
+// layernorm_forward_kernel over the stored sum, so its bits. A lane re-reads its own chunks of out (from cache).
+template <bool kVec>
+__global__ void add_layernorm_forward_kernel(bf16* out, bf16* normed, float* mean, float* rstd, const bf16* a,
+                                             const bf16* b, const bf16* w, const bf16* lb, int64_t N, int C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
+  if (row >= N) return;
+  const float2 stats = add_row_with_stats<kVec>(out, mean, rstd, a, b, row, C, lane);
+  const bf16* orow = out + row * C;
+  bf16* nrow = normed + row * C;
+#pragma unroll 4
+  for (int c0 = lane * 8; c0 < C; c0 += 256) {
+    float v[8];
+    layernorm_chunk<kVec>(orow, w, lb, c0, C, stats.x, stats.y, v);
+    store8<kVec>(nrow, c0, C, v);
+  }
 }
 
 // add_layernorm_stats_kernel, then the sum's LayerNorm cast to FP8 in the same pass: codes (N, C) row-major, bit for
@@ -101,6 +121,21 @@ void add_layernorm_stats(bf16* out, float* mean, float* rstd, const bf16* a, con
     add_layernorm_stats_kernel<true><<<blocks, threads, 0, stream>>>(out, mean, rstd, a, b, N, C);
   else
     add_layernorm_stats_kernel<false><<<blocks, threads, 0, stream>>>(out, mean, rstd, a, b, N, C);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_layernorm_forward(bf16* out, bf16* normed, float* mean, float* rstd, const bf16* a, const bf16* b,
+                           const bf16* w, const bf16* lb, int64_t N, int C, cudaStream_t stream) {
+  FP8T_CHECK(N > 0 && C > 0, "add_layernorm_forward: bad sizes N={} C={}", N, C);
+  // The statistics and the output do not depend on the path (layernorm_forward's choice may differ, its bits not).
+  const bool vec = C % 8 == 0 && aligned16(out) && aligned16(normed) && aligned16(a) && aligned16(b) && aligned16(w) &&
+                   aligned16(lb);
+  const unsigned blocks = row_blocks(N, "add_layernorm_forward");
+  const int threads = 32 * kRowsPerBlock;
+  if (vec)
+    add_layernorm_forward_kernel<true><<<blocks, threads, 0, stream>>>(out, normed, mean, rstd, a, b, w, lb, N, C);
+  else
+    add_layernorm_forward_kernel<false><<<blocks, threads, 0, stream>>>(out, normed, mean, rstd, a, b, w, lb, N, C);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -19,6 +19,11 @@ void layernorm_stats(float* mean, float* rstd, const __nv_bfloat16* inp, int64_t
 // layernorm_stats(out), bit for bit, in one pass: a residual add whose sum feeds an FP8 LayerNorm cast.
 void add_layernorm_stats(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* a,
                          const __nv_bfloat16* b, int64_t N, int C, cudaStream_t stream);
+// add_layernorm_stats, and in the same pass the sum's LayerNorm output (w, lb) into normed (N, C) bf16, bit for bit
+// layernorm_forward(normed, mean, rstd, out, w, lb): a residual add whose sum feeds a bf16 LayerNorm.
+void add_layernorm_forward(__nv_bfloat16* out, __nv_bfloat16* normed, float* mean, float* rstd,
+                           const __nv_bfloat16* a, const __nv_bfloat16* b, const __nv_bfloat16* w,
+                           const __nv_bfloat16* lb, int64_t N, int C, cudaStream_t stream);
 // add_layernorm_stats, and in the same pass the sum's LayerNorm output (w, lb) cast to FP8 into codes (N, C), bit for
 // bit fp8_cast(out, ..., scale, stats, Fp8CastInput::layernorm, {mean, rstd, w, lb})'s row-major codes and statistics
 // (no column sums): the residual add before an FP8 LayerNorm linear whose input scale is known (delayed scaling).

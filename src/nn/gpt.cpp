@@ -271,7 +271,7 @@ void GPT::init(uint64_t seed) {
 }
 
 // Pre-LN GPT-2 block: x + attn(ln_1(x)), then + mlp(ln_2(.)). What is fused and stored is the block's plan.
-Var GPT::block(int l, const Var& x, const RowStats* x_stats, RowStats* out_stats) {
+Var GPT::block(int l, const Var& x, RowStats* x_stats, RowStats* out_stats) {
   const BlockPlan& plan = plans_[static_cast<size_t>(l)];
   const ParameterStore& P = *params_;
   const std::string p = "h." + std::to_string(l) + ".";
@@ -290,14 +290,10 @@ Var GPT::block(int l, const Var& x, const RowStats* x_stats, RowStats* out_stats
             plan.proj_serves_input);
   watch_layer(p, "attn_residual");
   role.emplace(kResidual);
-  // Where ln_2 runs inside fc's FP8 cast, the residual add computes its statistics in the same pass, and with
-  // fp8_all (fp8_ln_cast_ahead) fc's input codes too.
+  // The residual add does ln_2's work that it can in the same pass (ask_for_layernorm).
   RowStats x1_stats;
-  const bool ln_2_in_cast = ln_in_cast(LinearKind::fc, l);
-  if (ln_2_in_cast)
-    x1_stats.cast_ahead =
-        fp8_ln_cast_ahead(*plan.state(LinearKind::fc), P.var(p + "ln_2.weight"), P.var(p + "ln_2.bias"));
-  const Var x1 = add(x, h, ln_2_in_cast ? &x1_stats : nullptr);
+  ask_for_layernorm(x1_stats, LinearKind::fc, l, p + "ln_2", "fc linear + ln_2");
+  const Var x1 = add(x, h, &x1_stats);
   watch_layer(p, "mlp.gelu");
   role.emplace("fc linear + ln_2");
   h = mlp(l, x1, &x1_stats);
@@ -306,19 +302,33 @@ Var GPT::block(int l, const Var& x, const RowStats* x_stats, RowStats* out_stats
   return add(x1, h, out_stats);
 }
 
+void GPT::ask_for_layernorm(RowStats& stats, LinearKind kind, int l, const std::string& ln, const char* role) const {
+  const ParameterStore& P = *params_;
+  const Var lw = P.var(ln + ".weight"), lb = P.var(ln + ".bias");
+  // Where the LayerNorm runs inside its linear's FP8 cast: the statistics, and with fp8_all (fp8_ln_cast_ahead)
+  // the linear's input codes too. Else the bf16 LayerNorm's output, one read of the sum fewer.
+  if (l >= 0 && ln_in_cast(kind, l)) {
+    stats.cast_ahead = fp8_ln_cast_ahead(*plans_[static_cast<size_t>(l)].state(kind), lw, lb);
+    return;
+  }
+  stats.norm_w = lw;
+  stats.norm_b = lb;
+  stats.norm_role = role;
+}
+
 bool GPT::ln_in_cast(LinearKind kind, int l) const {
   const BlockPlan& plan = plans_[static_cast<size_t>(l)];
   return kind == LinearKind::qkv ? plan.ln_1_in_qkv_cast : plan.ln_2_in_fc_cast;
 }
 
 Var GPT::layernorm_linear(LinearKind kind, int l, const Var& x, const std::string& ln, const std::string& linear,
-                          const RowStats* x_stats) {
+                          RowStats* x_stats) {
   const ParameterStore& P = *params_;
   const Var lw = P.var(ln + ".weight"), lb = P.var(ln + ".bias");
   const Var w = P.var(linear + ".weight"), b = P.var(linear + ".bias");
   const BlockPlan& plan = plans_[static_cast<size_t>(l)];
   if (ln_in_cast(kind, l)) return fp8_linear_ln(x, lw, lb, w, b, *plan.state(kind), x_stats);
-  const Var normed = layernorm(x, lw, lb);
+  const Var normed = layernorm(x, lw, lb, x_stats);
   Var y = dense(kind, l, normed, w, b);
   // With train.recompute: layernorm the LayerNorm output is dropped once its linear has run; the linear's
   // backward rebuilds it from the block input, which LayerNorm's backward keeps anyway.
@@ -326,7 +336,7 @@ Var GPT::layernorm_linear(LinearKind kind, int l, const Var& x, const std::strin
   return y;
 }
 
-Var GPT::mlp(int l, const Var& x, const RowStats* x_stats) {
+Var GPT::mlp(int l, const Var& x, RowStats* x_stats) {
   const ParameterStore& P = *params_;
   const std::string p = "h." + std::to_string(l) + ".";
   const BlockPlan& plan = plans_[static_cast<size_t>(l)];
@@ -334,7 +344,7 @@ Var GPT::mlp(int l, const Var& x, const RowStats* x_stats) {
   const Var w2 = P.var(p + "mlp.c_proj.weight"), b2 = P.var(p + "mlp.c_proj.bias");
   if (plan.mlp == BlockPlan::Mlp::fused_bf16) {
     const Var lw = P.var(p + "ln_2.weight"), lb = P.var(p + "ln_2.bias");
-    const Var normed = layernorm(x, lw, lb);
+    const Var normed = layernorm(x, lw, lb, x_stats);
     Var y = gelu_mlp(normed, w1, b1, w2, b2);
     if (recompute_layernorm_) release_for_recompute(normed, [x, lw, lb] { return layernorm(x, lw, lb)->value; });
     return y;
@@ -359,26 +369,24 @@ Var GPT::hidden(const Tensor& tokens, bool recompute) {
     ActivationRole role("block input / residual");
     x = embedding(tokens, P.var("wte"), P.var("wpe"));
   }
-  // Without block checkpoints, each block's last add computes its output's LayerNorm statistics where the next
-  // block's ln_1 runs inside its FP8 qkv cast (a checkpointed block recomputes its input's).
+  // Without block checkpoints, each block's last add does what it can of the LayerNorm after it (the next block's
+  // ln_1, or ln_f) in its pass (ask_for_layernorm); a checkpointed block recomputes its input's.
   RowStats x_stats;  // x's, where the previous block's last add computed them
   for (int l = 0; l < cfg_.n_layer; ++l) {
     if (recompute && grad_enabled()) {
       x = checkpoint([this, l](const Var& in) { return block(l, in); }, x);
       continue;
     }
-    const bool next_wants = l + 1 < cfg_.n_layer && ln_in_cast(LinearKind::qkv, l + 1);
     RowStats out_stats;
-    if (next_wants) {
-      const std::string next = "h." + std::to_string(l + 1) + ".ln_1.";
-      out_stats.cast_ahead = fp8_ln_cast_ahead(*plans_[static_cast<size_t>(l + 1)].state(LinearKind::qkv),
-                                               P.var(next + "weight"), P.var(next + "bias"));
-    }
-    x = block(l, x, &x_stats, next_wants ? &out_stats : nullptr);
+    if (l + 1 < cfg_.n_layer)
+      ask_for_layernorm(out_stats, LinearKind::qkv, l + 1, "h." + std::to_string(l + 1) + ".ln_1", "qkv linear + ln_1");
+    else
+      ask_for_layernorm(out_stats, LinearKind::qkv, -1, "ln_f", "final LayerNorm + head + loss");
+    x = block(l, x, &x_stats, &out_stats);
     x_stats = std::move(out_stats);
   }
   ActivationRole role("final LayerNorm + head + loss");
-  return layernorm(x, P.var("ln_f.weight"), P.var("ln_f.bias"));
+  return layernorm(x, P.var("ln_f.weight"), P.var("ln_f.bias"), &x_stats);
 }
 
 Var GPT::logits(const Tensor& tokens, bool recompute) {

@@ -83,16 +83,22 @@ class GPT {
   void load_fp8_state(const nlohmann::json& state);
 
  private:
-  // x_stats: x's LayerNorm statistics where the previous block's last add computed them (or null); out_stats (or
-  // null): where this block's last add leaves its output's, for the next block's FP8 ln_1 cast.
-  Var block(int layer, const Var& x, const RowStats* x_stats = nullptr, RowStats* out_stats = nullptr);
+  // x_stats: x's LayerNorm statistics (and ln_1's output) where the previous block's last add computed them (or
+  // null); out_stats (or null): what this block's last add leaves for the LayerNorm after it, as the caller asked
+  // (RowStats: the next block's FP8 ln_1 cast ahead, or a bf16 LayerNorm's weight and bias).
+  Var block(int layer, const Var& x, RowStats* x_stats = nullptr, RowStats* out_stats = nullptr);
   // LayerNorm (parameters `ln`, e.g. "h.3.ln_1") then the linear `kind` (parameters `linear`), fused into the
-  // linear's FP8 cast when the plan says so (with x's statistics from x_stats where given); a separate LayerNorm
-  // output is released for recompute when train.recompute is layernorm.
+  // linear's FP8 cast when the plan says so (with x's statistics from x_stats where given), else taking the
+  // LayerNorm's output from x_stats where the add wrote it; a separate LayerNorm output is released for recompute
+  // when train.recompute is layernorm.
   Var layernorm_linear(LinearKind kind, int layer, const Var& x, const std::string& ln, const std::string& linear,
-                       const RowStats* x_stats = nullptr);
+                       RowStats* x_stats = nullptr);
   // fc -> GELU -> fc2 after ln_2, as the plan fuses them; x_stats as in layernorm_linear
-  Var mlp(int layer, const Var& x, const RowStats* x_stats = nullptr);
+  Var mlp(int layer, const Var& x, RowStats* x_stats = nullptr);
+  // Asks the add that makes a LayerNorm's input (stats, before add()) for that LayerNorm's work in its pass: the
+  // FP8 cast of the linear `kind` of block `layer` where it runs inside that cast, else the LayerNorm `ln`'s bf16
+  // output, counted under `role`.
+  void ask_for_layernorm(RowStats& stats, LinearKind kind, int layer, const std::string& ln, const char* role) const;
   // Whether block `layer`'s `kind` linear (qkv or fc) runs its LayerNorm inside its FP8 cast: the add before it
   // then computes its input's statistics.
   bool ln_in_cast(LinearKind kind, int layer) const;

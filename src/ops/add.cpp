@@ -1,4 +1,7 @@
 // The add op (the residual connections): a + b, and the gradient handed to both.
+#include <optional>
+
+#include "core/allocator.h"
 #include "ops/add_cuda.h"
 #include "ops/cpu/add.h"
 #include "ops/op_common.h"
@@ -13,25 +16,39 @@ Var add(const Var& a, const Var& b, RowStats* stats) {
   check_same_device("add", a->value, b->value);
   Tensor out = Tensor::empty(a->value.shape(), a->value.dtype(), a->value.device(), MemCategory::activations);
   std::shared_ptr<Fp8LnCastAhead> ahead;
+  Var norm_w, norm_b;
+  const char* norm_role = nullptr;
   if (stats) {
     ahead = std::move(stats->cast_ahead);
+    norm_w = std::move(stats->norm_w);
+    norm_b = std::move(stats->norm_b);
+    norm_role = stats->norm_role;
     *stats = RowStats{};
   }
   const bool with_stats = stats && out.device().is_cuda() && out.ndim() >= 1 && out.numel() > 0;
   // The linear keeps no transposed codes of its input where the sum needs a gradient or no tape records
   // (fp8_linear.h, fp8_ln_cast_ahead): only then is its cast the one done here.
   const bool cast_ahead = with_stats && ahead && (needs_grad(a, b) || !grad_enabled());
+  // A bf16 LayerNorm next: its output is written here, from the statistics and rows this pass holds.
+  const bool with_norm = with_stats && !ahead && norm_w && norm_b;
   if (with_stats) {  // kept for the LayerNorm backward of the linear that reads them, as its own would be
     const Shape rows(out.shape().begin(), out.shape().end() - 1);
     stats->mean = Tensor::empty(rows, DType::f32, out.device(), MemCategory::activations);
     stats->rstd = Tensor::empty(rows, DType::f32, out.device(), MemCategory::activations);
+  }
+  Tensor normed;
+  if (with_norm) {
+    std::optional<ActivationRole> role;
+    if (norm_role) role.emplace(norm_role);
+    normed = Tensor::empty(out.shape(), out.dtype(), out.device(), MemCategory::activations);
   }
   dispatch(
       "add", out,
       [&] {
         if (with_stats) {
           cuda_ops::add_forward_row_stats(out, stats->mean, stats->rstd, a->value, b->value,
-                                          cast_ahead ? ahead.get() : nullptr);
+                                          cast_ahead ? ahead.get() : nullptr, with_norm ? &normed : nullptr,
+                                          with_norm ? &norm_w->value : nullptr, with_norm ? &norm_b->value : nullptr);
           if (cast_ahead) stats->cast_ahead = std::move(ahead);  // holding the codes for the linear
         } else {
           cuda_ops::add_forward(out, a->value, b->value);
@@ -74,6 +91,11 @@ Var add(const Var& a, const Var& b, RowStats* stats) {
     });
   }
   watch_op("add", y, {&a, &b});
+  if (with_norm) {  // recorded right after the add, where layernorm(y, norm_w, norm_b) would be
+    stats->normed = layernorm_output(y, norm_w, norm_b, std::move(normed), stats->mean, stats->rstd);
+    stats->norm_w = std::move(norm_w);
+    stats->norm_b = std::move(norm_b);
+  }
   return y;
 }
 

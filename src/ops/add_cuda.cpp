@@ -25,7 +25,7 @@ void add_forward(Tensor& out, const Tensor& a, const Tensor& b) {
 }
 
 void add_forward_row_stats(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& a, const Tensor& b,
-                           Fp8LnCastAhead* ahead) {
+                           Fp8LnCastAhead* ahead, Tensor* normed, const Tensor* norm_w, const Tensor* norm_b) {
   const char* op = "add_forward_row_stats";
   expect(a, DType::bf16, op, "a");
   expect(b, DType::bf16, op, "b");
@@ -39,6 +39,21 @@ void add_forward_row_stats(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor
   expect_numel(mean, N, op, "mean");
   expect_numel(rstd, N, op, "rstd");
   FP8T_CHECK(out.raw() != a.raw() && out.raw() != b.raw(), "{}: out must not alias a or b", op);
+  if (normed) {
+    FP8T_CHECK(!ahead && norm_w && norm_b, "{}: the LayerNorm output needs its weight and bias and no cast ahead", op);
+    expect(*normed, DType::bf16, op, "normed");
+    expect_numel(*normed, out.numel(), op, "normed");
+    for (const Tensor* t : {norm_w, norm_b}) {
+      expect(*t, DType::bf16, op, "the LayerNorm weight or bias");
+      expect_numel(*t, C, op, "the LayerNorm weight or bias");
+    }
+    FP8T_CHECK(normed->raw() != out.raw() && normed->raw() != a.raw() && normed->raw() != b.raw(),
+               "{}: normed must not alias out, a or b", op);
+    k::add_layernorm_forward(out.data<bf16>(), normed->data<bf16>(), mean.data<float>(), rstd.data<float>(),
+                             a.data<bf16>(), b.data<bf16>(), norm_w->data<bf16>(), norm_b->data<bf16>(), N,
+                             to_int(C, op, "C"), k::compute_stream());
+    return;
+  }
   if (!ahead) {
     k::add_layernorm_stats(out.data<bf16>(), mean.data<float>(), rstd.data<float>(), a.data<bf16>(), b.data<bf16>(),
                            N, to_int(C, op, "C"), k::compute_stream());

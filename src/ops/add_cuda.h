@@ -14,8 +14,10 @@ void add_forward(Tensor& out, const Tensor& a, const Tensor& b);
 // The same over rows of out's last dimension C (out must not alias a or b), with the LayerNorm statistics of out's
 // rows into mean and rstd (f32, one per row). With `ahead` (fp8_ln_cast_ahead), the same pass also writes
 // ahead->codes: its linear's input codes, out's LayerNorm (ahead's ln_w, ln_b) cast with the linear's input scale
-// and, while a tape records, into its statistics (kernels/layernorm.cuh, add_layernorm_cast).
+// and, while a tape records, into its statistics (kernels/layernorm.cuh, add_layernorm_cast). With `normed` instead
+// (and norm_w, norm_b), it writes out's LayerNorm output there: layernorm_forward's bits (add_layernorm_forward).
 void add_forward_row_stats(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& a, const Tensor& b,
-                           Fp8LnCastAhead* ahead = nullptr);
+                           Fp8LnCastAhead* ahead = nullptr, Tensor* normed = nullptr, const Tensor* norm_w = nullptr,
+                           const Tensor* norm_b = nullptr);
 
 }  // namespace fp8t::cuda_ops

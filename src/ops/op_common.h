@@ -47,6 +47,10 @@ inline Tensor grad_for_write(const Var& v, bool& accumulate) {
   return v->grad;
 }
 
+// The LayerNorm op's output Var from x, its weight and bias, the output value and its row statistics (computed by
+// layernorm or by an add that wrote them in its pass), with the backward node recorded where one is needed.
+Var layernorm_output(const Var& x, const Var& w, const Var& b, Tensor out, Tensor mean, Tensor rstd);
+
 template <typename F>
 const F* cptr(const Tensor& t) {
   return t.data<F>();

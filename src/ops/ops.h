@@ -38,13 +38,23 @@ struct RowStats {
   // Optional, set before add() (fp8_ln_cast_ahead): the FP8 LayerNorm linear that reads the sum next, whose input
   // cast the add then does in the same pass where it can (the codes are left in it for that linear).
   std::shared_ptr<Fp8LnCastAhead> cast_ahead = nullptr;
+  // Optional, set before add() in place of cast_ahead: the bf16 LayerNorm (weight, bias) that reads the sum next.
+  // On CUDA the add then writes that LayerNorm's output in the same pass and records its node, and leaves
+  // `normed` = layernorm(sum, norm_w, norm_b), bit for bit, for the caller to use instead of calling layernorm
+  // (elsewhere `normed` stays undefined). Its output counts under ActivationRole `norm_role` (if set).
+  Var norm_w, norm_b;
+  const char* norm_role = nullptr;
+  Var normed;
   bool defined() const { return mean.defined() && rstd.defined(); }
 };
 // a + b, same shape. stats (optional): on CUDA (bf16), the sum's RowStats computed in the same pass, bit for bit
 // what fp8_linear_ln would compute from the sum (a residual add feeding an FP8 LayerNorm linear); elsewhere left
 // undefined. With stats->cast_ahead set, the same pass also writes that linear's input codes where
-// fp8_ln_cast_ahead's conditions hold (CUDA; where the sum needs a gradient or none is recorded).
+// fp8_ln_cast_ahead's conditions hold (CUDA; where the sum needs a gradient or none is recorded). With
+// stats->norm_w and norm_b set, it writes the LayerNorm's output instead (stats->normed).
 Var add(const Var& a, const Var& b, RowStats* stats = nullptr);
+// layernorm(x, w, b), or the output the add that made x wrote (from_add->normed, taken from it) where it did.
+Var layernorm(const Var& x, const Var& w, const Var& b, RowStats* from_add);
 // qkv (B, T, 3C) laid out [q | k | v], heads contiguous in C  ->  causal attention output (B, T, C)
 // store_fp8 (with a gradient to compute): qkv is kept for backward as FP8 codes and forward and backward run on
 // their dequantized values. On CUDA with head size 64 on a Hopper the kernels read the codes themselves;

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "util/gpu_test_util.h"
+#include "autograd/tape.h"
 #include "kernels/layernorm.cuh"
 #include "kernels/stream.cuh"
 #include "ops/add_cuda.h"
@@ -11,6 +12,7 @@
 #include "ops/cpu/layernorm.h"
 #include "ops/embedding_cuda.h"
 #include "ops/layernorm_cuda.h"
+#include "ops/ops.h"
 
 using namespace fp8t;
 using namespace fp8t::test;
@@ -104,4 +106,91 @@ TEST_CASE("add with LayerNorm statistics equals add then layernorm_stats bit for
   Tensor a = upload(randn(64), {2, 32}, DType::bf16), b = upload(randn(64), {2, 32}, DType::bf16);
   Tensor mean = poisoned({2}, DType::f32), rstd = poisoned({2}, DType::f32);
   CHECK_THROWS(cuda_ops::add_forward_row_stats(a, mean, rstd, a, b));
+}
+
+TEST_CASE("add with the LayerNorm output equals add then layernorm_forward bit for bit", "[gpu][layernorm]") {
+  // The residual add that feeds a bf16 LayerNorm: the sum, its statistics and the LayerNorm output exactly as
+  // layernorm_forward writes them from that sum (what train.recompute: layernorm recomputes), and near the CPU
+  // reference. Shapes as above; the offset case takes the scalar path where layernorm_forward takes the vector one.
+  for (auto [N, C, offset] : {std::tuple<int64_t, int64_t, int64_t>{1, 32, 0}, {77, 100, 0}, {333, 1600, 0},
+                              {40, 2056, 0}, {65, 768, 1}}) {
+    INFO("N " << N << " C " << C << " offset " << offset);
+    const auto a = round_bf16(randn(N * C + offset, 2.0f)), b = round_bf16(randn(N * C + offset, 1.0f));
+    const auto w = round_bf16(randn(C, 1.0f)), lb = round_bf16(randn(C, 1.0f));
+    const Tensor ta = upload(a, {N * C + offset}, DType::bf16).slice_flat(offset, {N, C});
+    const Tensor tb = upload(b, {N * C + offset}, DType::bf16).slice_flat(offset, {N, C});
+    const Tensor tw = upload(w, {C}, DType::bf16), tlb = upload(lb, {C}, DType::bf16);
+    Tensor out = poisoned({N, C}, DType::bf16), normed = poisoned({N, C}, DType::bf16);
+    Tensor mean = poisoned({N}, DType::f32), rstd = poisoned({N}, DType::f32);
+    cuda_ops::add_forward_row_stats(out, mean, rstd, ta, tb, nullptr, &normed, &tw, &tlb);
+    std::vector<float> sum(N * C), norm(N * C), rmean(N), rrstd(N);
+    for (int64_t i = 0; i < N * C; ++i) sum[i] = bf16_to_float(float_to_bf16(a[offset + i] + b[offset + i]));
+    const Tensor out_ref = upload(sum, {N, C}, DType::bf16);
+    Tensor normed_ref = poisoned({N, C}, DType::bf16);
+    Tensor mean_ref = poisoned({N}, DType::f32), rstd_ref = poisoned({N}, DType::f32);
+    cuda_ops::layernorm_forward(normed_ref, mean_ref, rstd_ref, out_ref, tw, tlb);
+    const auto got_normed = download(normed);
+    CHECK(download(out) == sum);
+    CHECK(got_normed == download(normed_ref));
+    CHECK(download(mean) == download(mean_ref));
+    CHECK(download(rstd) == download(rstd_ref));
+    cpu::layernorm_forward(norm.data(), rmean.data(), rrstd.data(), sum.data(), w.data(), lb.data(), N, C);
+    CHECK(rel_err(got_normed, norm) < 1e-2);
+  }
+  // normed must not alias the sum or the inputs.
+  Tensor a = upload(randn(64), {2, 32}, DType::bf16), b = upload(randn(64), {2, 32}, DType::bf16);
+  Tensor out = poisoned({2, 32}, DType::bf16), w = upload(randn(32), {32}, DType::bf16);
+  Tensor mean = poisoned({2}, DType::f32), rstd = poisoned({2}, DType::f32);
+  CHECK_THROWS(cuda_ops::add_forward_row_stats(out, mean, rstd, a, b, nullptr, &out, &w, &w));
+  CHECK_THROWS(cuda_ops::add_forward_row_stats(out, mean, rstd, a, b, nullptr, &a, &w, &w));
+}
+
+namespace {
+// z = sum + layernorm(sum, w, lb) with sum = a + b, the LayerNorm's output written by the add (fused) or by the
+// layernorm op; returns [z, d a, d b, d w, d lb] for the seed dz.
+std::vector<std::vector<float>> add_then_layernorm(bool fused, const std::vector<float>& a, const std::vector<float>& b,
+                                                   const std::vector<float>& w, const std::vector<float>& lb,
+                                                   const std::vector<float>& dz, int64_t N, int64_t C) {
+  std::vector<Var> v = {make_var(upload(a, {N, C}, DType::bf16), true), make_var(upload(b, {N, C}, DType::bf16), true),
+                        make_var(upload(w, {C}, DType::bf16), true), make_var(upload(lb, {C}, DType::bf16), true)};
+  for (size_t i = 2; i < v.size(); ++i) v[i]->grad = Tensor::zeros({C}, DType::f32, kGpu, MemCategory::gradients);
+  Tape tape;
+  Var z;
+  {
+    TapeScope scope(&tape);
+    RowStats st;
+    if (fused) {
+      st.norm_w = v[2];
+      st.norm_b = v[3];
+    }
+    const Var sum = add(v[0], v[1], &st);
+    REQUIRE(static_cast<bool>(st.normed) == fused);
+    z = add(sum, layernorm(sum, v[2], v[3], &st));
+    REQUIRE(!st.normed);  // taken
+  }
+  grad_of(z).copy_from(upload(dz, {N, C}, DType::bf16));
+  {
+    TapeScope none(nullptr);
+    tape.run_backward();
+  }
+  std::vector<std::vector<float>> out = {download(z->value)};
+  for (const Var& x : v) out.push_back(download(x->grad));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("add writing the next LayerNorm's output - forward and gradients as add then layernorm", "[gpu][layernorm]") {
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{77, 100}, {333, 1600}}) {
+    INFO("N " << N << " C " << C);
+    const auto a = round_bf16(randn(N * C, 2.0f)), b = round_bf16(randn(N * C)), dz = round_bf16(randn(N * C));
+    const auto w = round_bf16(randn(C, 1.0f)), lb = round_bf16(randn(C, 1.0f));
+    const auto fused = add_then_layernorm(true, a, b, w, lb, dz, N, C);
+    const auto plain = add_then_layernorm(false, a, b, w, lb, dz, N, C);
+    CHECK(fused[0] == plain[0]);  // the forward, bit for bit
+    // The same kernels in the same order; d w and d lb add up row chunks with f32 atomics, in any order.
+    CHECK(fused[1] == plain[1]);
+    CHECK(fused[2] == plain[2]);
+    CHECK(rel_err(fused[3], plain[3]) < 1e-5);
+    CHECK(rel_err(fused[4], plain[4]) < 1e-5);
+  }
 }
