@@ -157,22 +157,17 @@ __global__ void layernorm_backward_dwdb_kernel(float* dw, float* db, const bf16*
 
 // dinp += the LayerNorm backward, and dw, db += its column sums, in one pass over the rows (the 16-byte path, C <=
 // 256 kChunks). Block: 8 warps; row group g (rows 8 g .. 8 g + 7, one per warp) for g = blockIdx.x, + gridDim.x,
-// ...; every warp runs every group (a row past N adds zeros), so the block's barriers line up. A warp loads a chunk's
-// dinp one chunk ahead (the first with the row sums' loads), before the barrier of the chunk it is on: a barrier
-// does not wait for loads in flight, so the chunks wait on no memory round trip of their own, where a load per
-// chunk between the barriers cost one each (~2.3 TB/s, the twentieth session's 1.5B timeline); inp and dout come
-// back from cache. Per 256-column chunk, each warp's dw, db terms go through shared memory (two buffers, so one
-// barrier per chunk) and thread t adds column 256 k + t over the 8 rows into registers; one atomic per column per
-// block at the end.
+// ...; every warp runs every group (a row past N adds zeros), so the block's barriers line up. Per 256-column
+// chunk, each warp's dw, db terms go through shared memory and thread t adds column 256 k + t over the 8 rows
+// into registers; one atomic per column per block at the end.
 template <int kChunks>
-__global__ void __launch_bounds__(32 * kRowsPerBlock, 3)
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
     layernorm_backward_fused_kernel(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
                                     const float* mean, const float* rstd, int64_t N, int C) {
-  __shared__ __align__(16) float s_w[2][kRowsPerBlock][256], s_b[2][kRowsPerBlock][256];
+  __shared__ __align__(16) float s_w[kRowsPerBlock][256], s_b[kRowsPerBlock][256];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float acc_w[kChunks] = {}, acc_b[kChunks] = {};  // columns 256 k + threadIdx.x
   const int64_t groups = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-  int buf = 0;
   for (int64_t grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int64_t row = grp * kRowsPerBlock + warp;
     const bool live = row < N;  // warp-uniform
@@ -180,9 +175,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, 3)
     const bf16* dy = dout + (live ? row : 0) * C;
     bf16* dx = dinp + (live ? row : 0) * C;
     float m = 0.0f, s = 0.0f, dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-    Vec16<bf16> dx_next;  // the next chunk's dinp
     if (live) {
-      if (lane * 8 < C) dx_next = Vec16<bf16>::load(dx + lane * 8);
       m = mean[row];
       s = rstd[row];
       float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
@@ -203,16 +196,13 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, 3)
     for (int k = 0; k < kChunks; ++k) {
       if (k * 256 >= C) break;  // block-uniform
       const int c0 = k * 256 + lane * 8;
-      const Vec16<bf16> dx_now = dx_next;
-      if (live && k + 1 < kChunks && c0 + 256 < C) dx_next = Vec16<bf16>::load(dx + c0 + 256);
       float cw[8] = {}, cb[8] = {};
       if (live && c0 < C) {
         float xv[8], dv[8], wv[8], acc[8];
         load8<true>(x, c0, C, xv);
         load8<true>(dy, c0, C, dv);
         load8<true>(w, c0, C, wv);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i] = __bfloat162float(dx_now.v[i]);
+        load8<true>(dx, c0, C, acc);
         add_dinp(acc, xv, dv, wv, m, s, dnorm_mean, dnorm_norm_mean);
         store8<true>(dx, c0, C, acc);
 #pragma unroll
@@ -221,21 +211,19 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, 3)
           cb[i] = dv[i];
         }
       }
-      float4* sw = reinterpret_cast<float4*>(&s_w[buf][warp][lane * 8]);
-      float4* sb = reinterpret_cast<float4*>(&s_b[buf][warp][lane * 8]);
+      float4* sw = reinterpret_cast<float4*>(&s_w[warp][lane * 8]);
+      float4* sb = reinterpret_cast<float4*>(&s_b[warp][lane * 8]);
       sw[0] = make_float4(cw[0], cw[1], cw[2], cw[3]);
       sw[1] = make_float4(cw[4], cw[5], cw[6], cw[7]);
       sb[0] = make_float4(cb[0], cb[1], cb[2], cb[3]);
       sb[1] = make_float4(cb[4], cb[5], cb[6], cb[7]);
-      // One barrier per chunk: the next chunk writes the other buffer, and the one after this buffer only after
-      // the next chunk's barrier, which every thread reaches after reading this one.
       __syncthreads();
 #pragma unroll
       for (int r = 0; r < kRowsPerBlock; ++r) {
-        acc_w[k] += s_w[buf][r][threadIdx.x];
-        acc_b[k] += s_b[buf][r][threadIdx.x];
+        acc_w[k] += s_w[r][threadIdx.x];
+        acc_b[k] += s_b[r][threadIdx.x];
       }
-      buf ^= 1;
+      __syncthreads();  // the chunk's terms are read before the next chunk's overwrite them
     }
   }
 #pragma unroll
