@@ -152,19 +152,37 @@ std::optional<int64_t> first_nonfinite(const Tensor& t) {
   return std::nullopt;
 }
 
-double sum_squares(const Tensor& t, int64_t begin, int64_t end) {
+namespace {
+void check_sum_squares(const Tensor& t, int64_t begin, int64_t end) {
   FP8T_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16, "sum_squares needs f32 or bf16, got {}", t.str());
   FP8T_CHECK(0 <= begin && begin <= end && end <= t.numel(), "sum_squares: range [{}, {}) outside {}", begin, end,
              t.str());
+}
+}  // namespace
+
+void sum_squares_into(const Tensor& t, int64_t begin, int64_t end, Tensor& out) {
+  check_sum_squares(t, begin, end);
+  FP8T_CHECK(t.device().is_cuda() && out.device() == t.device() && out.dtype() == DType::f32 && out.numel() == 1,
+             "sum_squares_into: t {} must be on a CUDA device and out {} one f32 element there", t.str(), out.str());
+#ifdef FP8T_HAVE_CUDA
+  const char* x = static_cast<const char*>(t.raw()) + begin * static_cast<int64_t>(dtype_size(t.dtype()));
+  const auto n = static_cast<size_t>(end - begin);
+  CUDA_CHECK(cudaMemsetAsync(out.raw(), 0, sizeof(float), k::compute_stream()));  // the kernel adds into it
+  if (t.dtype() == DType::f32)
+    k::global_norm_squared(out.data<float>(), reinterpret_cast<const float*>(x), n, k::compute_stream());
+  else
+    k::global_norm_squared(out.data<float>(), reinterpret_cast<const __nv_bfloat16*>(x), n, k::compute_stream());
+#else
+  FP8T_FAIL("sum_squares_into: this build has no CUDA");
+#endif
+}
+
+double sum_squares(const Tensor& t, int64_t begin, int64_t end) {
+  check_sum_squares(t, begin, end);
   if (t.device().is_cuda()) {
 #ifdef FP8T_HAVE_CUDA
-    const char* x = static_cast<const char*>(t.raw()) + begin * static_cast<int64_t>(dtype_size(t.dtype()));
-    const auto n = static_cast<size_t>(end - begin);
-    Tensor acc = Tensor::zeros({1}, DType::f32, t.device(), MemCategory::workspace);
-    if (t.dtype() == DType::f32)
-      k::global_norm_squared(acc.data<float>(), reinterpret_cast<const float*>(x), n, k::compute_stream());
-    else
-      k::global_norm_squared(acc.data<float>(), reinterpret_cast<const __nv_bfloat16*>(x), n, k::compute_stream());
+    Tensor acc = Tensor::empty({1}, DType::f32, t.device(), MemCategory::workspace);
+    sum_squares_into(t, begin, end, acc);
     float host = 0;
     CUDA_CHECK(cudaMemcpyAsync(&host, acc.data<float>(), sizeof(float), cudaMemcpyDeviceToHost, k::compute_stream()));
     CUDA_CHECK(cudaStreamSynchronize(k::compute_stream()));

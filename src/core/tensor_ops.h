@@ -22,5 +22,8 @@ void cast_into(Tensor& dst, const Tensor& src);  // dst (its dtype) = src conver
 std::optional<int64_t> first_nonfinite(const Tensor& t);
 // Sum of squares of t[begin, end) (f32 or bf16 buffer, any device), in double. Synchronises on CUDA.
 double sum_squares(const Tensor& t, int64_t begin, int64_t end);
+// The same on CUDA into out (one f32 element on t's device), queued on the compute stream without waiting: the
+// value sum_squares returns, rounded to f32 as that rounds it.
+void sum_squares_into(const Tensor& t, int64_t begin, int64_t end, Tensor& out);
 
 }  // namespace fp8t

@@ -251,4 +251,17 @@ double GradientReducer::reduce() {
   return sq.to_float_vector()[0];
 }
 
+std::optional<std::pair<float, float>> GradientReducer::reduce_with_loss(const Tensor& loss_sum) {
+  Tensor& grads = store_.grads();
+  if (comm_.size() != 1 || !grads.device().is_cuda() || loss_sum.dtype() != DType::f32 || loss_sum.numel() != 1 ||
+      loss_sum.device() != grads.device())
+    return std::nullopt;
+  Tensor both = Tensor::empty({2}, DType::f32, grads.device(), MemCategory::workspace);
+  Tensor loss = both.slice_flat(0, {1}), sq = both.slice_flat(1, {1});
+  loss.copy_from(loss_sum.view({1}));
+  sum_squares_into(grads, 0, store_.padded_numel(), sq);
+  const std::vector<float> host = both.to_float_vector();
+  return std::pair<float, float>{host[0], host[1]};
+}
+
 }  // namespace fp8t

@@ -6,7 +6,9 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -62,6 +64,10 @@ class GradientReducer {
   // After the last micro-batch: completes the reduction (this rank's shard, or everything at stage 0,
   // then holds the sum over ranks) and returns the squared norm of the whole rank-summed gradient.
   double reduce();
+  // reduce() on one rank of a GPU, with the step's summed loss (a device f32 scalar) read back in the same wait, so
+  // the step's end waits on the device once: {loss sum, squared norm}, the f32 values the separate reads give.
+  // nullopt, with nothing queued, where reduce() has collectives to run (several ranks) or no device to queue on.
+  std::optional<std::pair<float, float>> reduce_with_loss(const Tensor& loss_sum);
 
   // Stage-2 buckets, for the memory accounting and tests: bucket b holds whole parameters.
   size_t num_buckets() const { return buckets_.size(); }

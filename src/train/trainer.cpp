@@ -191,13 +191,14 @@ class Trainer {
       add_(loss_sum, loss);
     }
     const auto t_queued = Clock::now();  // every micro-step's forward and backward queued on the device
-    const double local_loss = loss_sum.to_float_vector()[0] / accum_;
+    // One GPU rank: the gradient's squared norm is queued behind the loss, and both come back in one wait.
+    const auto local = reducer_->reduce_with_loss(loss_sum);
+    const double local_loss = (local ? local->first : loss_sum.to_float_vector()[0]) / accum_;
     const auto t_done = Clock::now();
     const double loss = scalar_sum_over_ranks(comm_, local_loss, device_) / comm_.size();
-
     // Gradients: sum over ranks (stage 0: everywhere; stages 1, 2: only this rank's shard).
     const int world = comm_.size();
-    const double sq = reducer_->reduce();
+    const double sq = local ? local->second : reducer_->reduce();
     const double norm = std::sqrt(sq) / world;  // norm of the rank-averaged gradient
     const double lr = lr_at(cfg_.optim, step_, cfg_.train.max_steps);
     // FP8: a saturating cast hides Inf/NaN from the loss, so the amaxes are checked on their own (every

@@ -1,6 +1,8 @@
 // Elementwise kernels (fill, add, scale, cast, residual, GELU) against host loops and the CPU reference.
 #include <catch2/catch_test_macros.hpp>
 
+#include <cmath>
+
 #include "util/gpu_test_util.h"
 #include "core/tensor_ops.h"
 #include "ops/add_cuda.h"
@@ -38,6 +40,27 @@ TEST_CASE("fill - scale - add and cast on the GPU", "[gpu][elementwise]") {
       CHECK(rel_err(download(dst), a) < 1e-6);  // a is bf16-exact
     }
   }
+}
+
+TEST_CASE("sum_squares_into queues the value sum_squares returns", "[gpu][elementwise]") {
+  // The step's end reads the gradient's squared norm this way beside the loss (GradientReducer::reduce_with_loss):
+  // it must be the value sum_squares gives, over sub-ranges of f32 and bf16 buffers, into a poisoned slot (to f32
+  // rounding: the kernel adds its blocks' sums with f32 atomics, in any order).
+  for (int64_t n : {1, 1000, 100003}) {
+    for (DType dt : {DType::f32, DType::bf16}) {
+      INFO("n " << n << " " << dtype_name(dt));
+      const Tensor t = upload(round_bf16(randn(n, 3.0f)), {n}, dt);
+      for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, n}, {n / 3, n - n / 4}}) {
+        Tensor out = poisoned({2}, DType::f32), slot = out.slice_flat(1, {1});
+        sum_squares_into(t, begin, end, slot);
+        const float expect = static_cast<float>(sum_squares(t, begin, end));
+        CHECK(std::abs(download(out)[1] - expect) <= 1e-5f * expect);
+      }
+    }
+  }
+  Tensor out = poisoned({1}, DType::f32), wide = poisoned({2}, DType::f32);
+  CHECK_THROWS(sum_squares_into(Tensor::zeros({4}, DType::f32), 0, 4, out));  // a CPU tensor
+  CHECK_THROWS(sum_squares_into(upload(randn(4), {4}, DType::f32), 0, 4, wide));  // two elements
 }
 
 TEST_CASE("residual add matches a + b", "[gpu][elementwise]") {
