@@ -42,9 +42,9 @@ struct RowStats {
   // On CUDA the add then writes that LayerNorm's output in the same pass and records its node, and leaves
   // `normed` = layernorm(sum, norm_w, norm_b), bit for bit, for the caller to use instead of calling layernorm
   // (elsewhere `normed` stays undefined). Its output counts under ActivationRole `norm_role` (if set).
-  Var norm_w, norm_b;
+  Var norm_w = nullptr, norm_b = nullptr;
   const char* norm_role = nullptr;
-  Var normed;
+  Var normed = nullptr;
   bool defined() const { return mean.defined() && rstd.defined(); }
 };
 // a + b, same shape. stats (optional): on CUDA (bf16), the sum's RowStats computed in the same pass, bit for bit

@@ -111,6 +111,22 @@ TEST_CASE("ops: add's row statistics are a CUDA pass; on the CPU they stay undef
     CHECK(with->value.data<double>()[i] == without->value.data<double>()[i]);
 }
 
+TEST_CASE("ops: an add asked for the next LayerNorm's output leaves it to layernorm on the CPU", "[ops]") {
+  // The add writes the LayerNorm's output only in a CUDA kernel (tests/kernels/embedding_layernorm_gpu_test.cpp).
+  // On the CPU the request leaves `normed` undefined, and layernorm(x, w, b, &stats) is then layernorm(x, w, b).
+  std::mt19937 rng(9);
+  const Var a = leaf(random_tensor(rng, {B, T, C})), b = leaf(random_tensor(rng, {B, T, C}));
+  const Var w = leaf(random_tensor(rng, {C})), lb = leaf(random_tensor(rng, {C}));
+  RowStats stats;
+  stats.norm_w = w;
+  stats.norm_b = lb;
+  const Var sum = add(a, b, &stats);
+  CHECK_FALSE(stats.normed);
+  const Var with = layernorm(sum, w, lb, &stats), without = layernorm(sum, w, lb);
+  for (int64_t i = 0; i < with->value.numel(); ++i)
+    CHECK(with->value.data<double>()[i] == without->value.data<double>()[i]);
+}
+
 TEST_CASE("ops: an input used twice accumulates both gradient contributions", "[ops]") {
   std::mt19937 rng(11);
   // Same Var on both sides of add: d/dx = 2 * dout.
