@@ -185,8 +185,9 @@ Config parse_config(const std::string& yaml_text, const std::string& source,
 std::vector<std::string> check_run_inputs(const Config& cfg);
 
 // A CUDA run.device needs a CUDA device this process can use: else an Error naming run.device's file and line,
-// why (no driver, no device visible, a build without CUDA) and what to do. check_run_inputs calls it first;
-// `fp8train plan`, which measures on the configured device, too.
+// why (no driver, no device visible, a build without CUDA) and what to do. It also needs precision.compute bf16
+// or fp8 (the CUDA kernels take bf16 activations): fp32 there is an Error naming that key, checked first.
+// check_run_inputs calls it first; `fp8train plan`, which measures on the configured device, too.
 void check_device(const Config& cfg);
 
 }  // namespace fp8t

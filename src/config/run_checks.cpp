@@ -141,6 +141,12 @@ void check_host_memory(const Config& cfg) {
 
 void check_device(const Config& cfg) {
   if (!cfg.run.device.is_cuda()) return;
+  // The CUDA kernels take bf16 activations (BF16 and FP8 modes); f32 compute is the CPU's. Said before the
+  // device's availability, so the config's own defect is named first.
+  if (cfg.precision.compute == ComputeMode::fp32)
+    throw Error(fmt::format("{}: fp32, but on {} the kernels compute in bf16; set precision.compute to bf16 (BF16 "
+                            "mode: f32 master weights, bf16 activations) or fp8, or run.device to cpu",
+                            cfg.where("precision.compute"), cfg.run.device.str()));
   if (const std::string why = cuda_unavailable_reason(); !why.empty())
     throw Error(fmt::format("{}: {}, but {}", cfg.where("run.device"), cfg.run.device.str(), why));
 }

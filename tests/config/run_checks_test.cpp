@@ -143,7 +143,7 @@ TEST_CASE("run checks: a CUDA run.device without a usable CUDA device names the 
           "[config][run_checks]") {
   RunDir d;
   CHECK(error_of(d.config()).empty());  // run.device cpu: no device needed
-  const fp8t::Config c = d.config("", {"run.device=cuda"});
+  const fp8t::Config c = d.config("", {"run.device=cuda", "precision.compute=bf16"});
   if (fp8t::cuda_unavailable_reason().empty())
     SKIP("this machine has a usable CUDA device: the refusal needs one without");
   const std::string e = error_of(c);
@@ -156,4 +156,17 @@ TEST_CASE("run checks: a CUDA run.device without a usable CUDA device names the 
   // Code that reaches the CUDA allocator without those checks gets the same reason and advice, not a CUDA error.
   CHECK_THROWS_WITH(fp8t::allocator_for(fp8t::Device::cuda(0)),
                     ContainsSubstring("cuda:0 requested, but") && ContainsSubstring("run.device: cpu"));
+}
+
+TEST_CASE("run checks: precision.compute fp32 on a CUDA device names the key, with or without a GPU",
+          "[config][run_checks]") {
+  // The CUDA kernels take bf16 activations: f32 compute is the CPU's. The config's own defect is named before the
+  // device's availability, so this holds on any machine.
+  RunDir d;
+  const fp8t::Config c = d.config("", {"run.device=cuda", "precision.compute=fp32"});
+  const std::string e = error_of(c);
+  CHECK_THAT(e, ContainsSubstring("run.yaml") && ContainsSubstring("precision.compute") && ContainsSubstring("fp32") &&
+                    ContainsSubstring("bf16") && ContainsSubstring("run.device to cpu"));
+  CHECK_THROWS_WITH(fp8t::check_device(c), ContainsSubstring("precision.compute"));
+  CHECK(error_of(d.config("", {"precision.compute=fp32"})).empty());  // the CPU computes in f32
 }
