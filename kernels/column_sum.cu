@@ -69,12 +69,16 @@ void matmul_backward_bias(float* dbias, const bf16* dout, int M, int N, cudaStre
   FP8T_CHECK(M > 0 && N > 0, "matmul_backward_bias: bad sizes M={} N={}", M, N);
   const bool vec = N % 8 == 0 && aligned16(dout);
   const int col_tiles = ceil_div(N, vec ? 256 : 32);
-  // 8 blocks of 256 threads per SM over the column tiles, each over a chunk of at least 64 rows, a multiple of the
-  // 32 rows its row lanes read per round of loads: few enough blocks that each streams a long run of rows and the
-  // column atomics stay few. (Its 48 registers let 5 blocks per SM run at once, so at GPT-2 1.5B shapes this is
-  // 1.4-1.6 waves: Nsight Compute, docs/perf-notes.md, twenty-first session. A grid of the occupancy calculator's
-  // blocks per SM is the change to measure next.)
-  const int row_chunks = std::clamp(ceil_div(8 * sm_count(), col_tiles), 1, std::max(1, ceil_div(M, 64)));
+  // One wave of blocks (the occupancy calculator's blocks per SM: 5 at 48 registers) over the column tiles, each over
+  // a chunk of at least 64 rows, a multiple of the 32 rows its row lanes read per round of loads: few enough blocks
+  // that each streams a long run of rows and the column atomics stay few. (A grid of 8 per SM ran 1.4-1.6 waves at
+  // GPT-2 1.5B shapes: Nsight Compute, docs/perf-notes.md, twenty-first session.)
+  static PerDevice<int> resident[2];  // by kernel: vector, scalar
+  const int slots = resident[vec ? 0 : 1].get([vec] {
+    return vec ? resident_blocks(reinterpret_cast<const void*>(column_sum_kernel<true>), 256)
+               : resident_blocks(reinterpret_cast<const void*>(column_sum_kernel<false>), 256);
+  });
+  const int row_chunks = std::clamp(slots / col_tiles, 1, std::max(1, ceil_div(M, 64)));
   const int chunk = ceil_div(ceil_div(M, row_chunks), 32) * 32;
   const dim3 grid(col_tiles, ceil_div(M, chunk)), block(32, 8);
   if (vec)

@@ -1,6 +1,8 @@
 // The device facts of kernels/device_facts.cuh, read from the runtime once per device.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "core/cuda_check.h"
 #include "kernels/device_facts.cuh"
 
@@ -35,6 +37,12 @@ int current_device() {
 }
 
 int sm_count() { return facts().sms; }
+
+int resident_blocks(const void* kernel, int threads, size_t dynamic_smem) {
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, dynamic_smem));
+  return sm_count() * std::max(per_sm, 1);
+}
 
 bool is_hopper() { return facts().hopper; }
 

@@ -1,6 +1,7 @@
 // Facts about the current CUDA device (SM count, Hopper or not) and PerDevice, a value made once per device: a
 // process may drive GPUs of different kinds, so nothing read from or set on one device is kept for the process.
 #pragma once
+#include <cstddef>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -12,6 +13,11 @@ int current_device();
 
 // Streaming multiprocessors of the current device.
 int sm_count();
+
+// Blocks of `kernel` (a __global__ function) resident at once on the current device with `threads` threads and
+// `dynamic_smem` bytes of dynamic shared memory each: the occupancy calculator's blocks per SM times the SMs, at
+// least one per SM. Launchers keep it in a PerDevice: it is asked of the runtime on every call.
+int resident_blocks(const void* kernel, int threads, size_t dynamic_smem = 0);
 
 // Whether the current device is a Hopper (compute capability 9.0), the one device that runs sm_90a code.
 bool is_hopper();

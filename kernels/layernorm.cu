@@ -275,22 +275,25 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
   const int threads = 32 * kRowsPerBlock;
   // One pass, dinp and the column sums together; the two-kernel backward below takes the other shapes.
   if (vec && C <= 256 * 16) {
-    const int slots = 3 * sm_count();  // a few blocks per SM: row groups loop, and the column atomics stay few
-    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, slots));
-    auto launch = [&](auto kernel) {
+    static PerDevice<int> resident[5];  // by kernel below
+    auto launch = [&](auto kernel, PerDevice<int>& resident) {
+      // One wave of blocks (the occupancy calculator's, 4 per SM at 64 registers): row groups loop, and the column
+      // atomics stay few. (3 per SM left a quarter of the SMs' slots empty: Nsight Compute, twenty-first session.)
+      const int slots = resident.get([&] { return resident_blocks(reinterpret_cast<const void*>(kernel), threads); });
+      const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, slots));
       kernel<<<grid, threads, 0, stream>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
       CUDA_CHECK_LAUNCH();
     };
     if (C <= 256)
-      launch(layernorm_backward_fused_kernel<1>);
+      launch(layernorm_backward_fused_kernel<1>, resident[0]);
     else if (C <= 512)
-      launch(layernorm_backward_fused_kernel<2>);
+      launch(layernorm_backward_fused_kernel<2>, resident[1]);
     else if (C <= 1024)
-      launch(layernorm_backward_fused_kernel<4>);
+      launch(layernorm_backward_fused_kernel<4>, resident[2]);
     else if (C <= 2048)
-      launch(layernorm_backward_fused_kernel<8>);
+      launch(layernorm_backward_fused_kernel<8>, resident[3]);
     else
-      launch(layernorm_backward_fused_kernel<16>);
+      launch(layernorm_backward_fused_kernel<16>, resident[4]);
     return;
   }
   if (vec)
