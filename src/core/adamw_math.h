@@ -133,9 +133,16 @@ FP8T_HOST_DEVICE uint32_t mix32(uint32_t x) {
   x ^= x >> 16;
   return x;
 }
+// The hash of the index's high word under the key, which rounding_bits_low finishes with the low word: a kernel
+// hashes the high word once for the consecutive indices that share it.
+FP8T_HOST_DEVICE uint32_t rounding_high(uint32_t key, int64_t index) {
+  return mix32(static_cast<uint32_t>(static_cast<uint64_t>(index) >> 32) ^ key);
+}
+FP8T_HOST_DEVICE uint32_t rounding_bits_low(uint32_t high, int64_t index) {
+  return mix32(static_cast<uint32_t>(static_cast<uint64_t>(index)) ^ high);
+}
 FP8T_HOST_DEVICE uint32_t rounding_bits(uint32_t key, int64_t index) {
-  const auto u = static_cast<uint64_t>(index);
-  return mix32(static_cast<uint32_t>(u) ^ mix32(static_cast<uint32_t>(u >> 32) ^ key));
+  return rounding_bits_low(rounding_high(key, index), index);
 }
 
 // x to bf16, rounded up in magnitude with probability (dropped bits) / 2^16: adding 16 uniform bits

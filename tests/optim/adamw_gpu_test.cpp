@@ -124,7 +124,9 @@ TEST_CASE("adamw matches the CPU update bit for bit - every state and gradient d
         host.segments = segs.data();
         host.num_segments = static_cast<int>(segs.size());
         host.n = n;
-        host.index_base = 123457;  // the rounding draws per flat index, not per local one
+        // The rounding draws per flat index, not per local one; the range crosses 2^32 at local index 102 (n > 1),
+        // where the index's high word, which the kernel hashes once per four elements, changes.
+        host.index_base = (int64_t{1} << 32) - 102;
         AdamWBuffers dev = host;
         auto at = [shift](const Tensor& t) { return static_cast<char*>(t.raw()) + shift * dtype_size(t.dtype()); };
         dev.params = reinterpret_cast<float*>(at(dp));
@@ -160,21 +162,27 @@ TEST_CASE("adamw matches the CPU update bit for bit - every state and gradient d
 }
 
 TEST_CASE("global norm sums squares into a device scalar - f32 and bf16", "[gpu][global_norm]") {
+  // Offsets 3 and 5 start between 16-byte boundaries: the kernel's scalar head and tail around its vector body.
   for (int64_t n : {1, 12345, 10 << 20}) {
     const auto x = round_bf16(randn(n));  // bf16 values, so both dtypes hold the same numbers
     for (DType dt : {DType::f32, DType::bf16}) {
-      INFO(dtype_name(dt) << " n " << n);
-      Tensor tx = upload(x, {n}, dt);
-      Tensor out = Tensor::zeros({1}, DType::f32, kGpu);
-      for (int rep = 0; rep < 2; ++rep) {  // accumulates
-        if (dt == DType::f32)
-          kernels::global_norm_squared(out.data<float>(), tx.data<float>(), n, kernels::compute_stream());
-        else
-          kernels::global_norm_squared(out.data<float>(), tx.data<__nv_bfloat16>(), n, kernels::compute_stream());
+      for (int64_t off : {0, 3, 5}) {
+        if (off >= n) continue;
+        INFO(dtype_name(dt) << " n " << n << " offset " << off);
+        Tensor tx = upload(x, {n}, dt);
+        Tensor out = Tensor::zeros({1}, DType::f32, kGpu);
+        const size_t len = static_cast<size_t>(n - off);
+        for (int rep = 0; rep < 2; ++rep) {  // accumulates
+          if (dt == DType::f32)
+            kernels::global_norm_squared(out.data<float>(), tx.data<float>() + off, len, kernels::compute_stream());
+          else
+            kernels::global_norm_squared(out.data<float>(), tx.data<__nv_bfloat16>() + off, len,
+                                         kernels::compute_stream());
+        }
+        double ref = 0.0;
+        for (int64_t i = off; i < n; ++i) ref += double(x[i]) * x[i];
+        CHECK(std::abs(download(out)[0] - 2 * ref) / (2 * ref) < 1e-5);
       }
-      double ref = 0.0;
-      for (float v : x) ref += double(v) * v;
-      CHECK(std::abs(download(out)[0] - 2 * ref) / (2 * ref) < 1e-5);
     }
   }
 }
