@@ -163,8 +163,14 @@ struct Lane4Loads {
       if constexpr (S == StateDtype::bf16) {
         bf16x4(m, mo);
       } else {
+        // Two codes per conversion (lanes convert independently: each value is from_fp8's).
 #pragma unroll
-        for (int t = 0; t < 4; ++t) mo[t] = f32_mul(from_fp8<Fp8Format::e4m3>(static_cast<uint8_t>(m.x >> (8 * t))), scale);
+        for (int t = 0; t < 4; t += 2) {
+          const auto pair = static_cast<__nv_fp8x2_storage_t>(m.x >> (8 * t));
+          const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, kFp8Interp<Fp8Format::e4m3>)));
+          mo[t] = f32_mul(f.x, scale);
+          mo[t + 1] = f32_mul(f.y, scale);
+        }
       }
       bf16x4(v, vo);
     }
@@ -217,22 +223,29 @@ __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
     if (i0 < b.n && b.segments[s].end <= i0) s = segment_of(b.segments + s, b.num_segments - s, i0) + s;
     // All four elements go to one aligned run of the compute copy: stored as one vector below.
     const AdamWSegment& seg0 = b.segments[s];
-    const bool whole = full && i0 + 4 <= seg0.end && (seg0.compute + (i0 - seg0.begin)) % 4 == 0;
+    const bool one_segment = full && i0 + 4 <= seg0.end;
+    const bool whole = one_segment && (seg0.compute + (i0 - seg0.begin)) % 4 == 0;
     float amax = 0.0f;
     uint16_t copy[4] = {};
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      const int64_t i = i0 + t;
-      if (i >= b.n) break;
-      while (b.segments[s].end <= i) ++s;
-      const AdamWSegment& seg = b.segments[s];
+    auto update = [&](int t, const AdamWSegment& seg) {
       const AdamWElement e = adamw_element(p[t], g[t], m[t], v[t], seg.weight_decay, h);
       p[t] = e.param;
       m[t] = e.m;
       v[t] = e.v;
       amax = fmaxf(amax, fabsf(e.m));
       copy[t] = __bfloat16_as_ushort(__float2bfloat16_rn(e.param));
-      if (b.params_bf16 && seg.compute >= 0 && !whole) b.params_bf16[seg.compute + (i - seg.begin)] = copy[t];
+      if (b.params_bf16 && seg.compute >= 0 && !whole) b.params_bf16[seg.compute + (i0 + t - seg.begin)] = copy[t];
+    };
+    if (one_segment) {  // nearly every lane: no bounds or segment checks per element (the kernel is issue-bound)
+#pragma unroll
+      for (int t = 0; t < 4; ++t) update(t, seg0);
+    } else {
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        if (i0 + t >= b.n) break;
+        while (b.segments[s].end <= i0 + t) ++s;
+        update(t, b.segments[s]);
+      }
     }
     const float new_inv = new_block_inv_scale<S>(b, blk, amax, lane);  // blk is warp-uniform
     uint16_t m16[4] = {}, v16[4] = {};
