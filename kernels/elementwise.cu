@@ -1,5 +1,7 @@
 // Elementwise kernels over flat buffers (grid-stride): fill, in-place add and scale, cast. The add op's
 // out = a + b is kernels/add.cu.
+#include <algorithm>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/elementwise.cuh"
 
@@ -40,6 +42,18 @@ __global__ void axpy_kernel(D* dst, const S* src, size_t n, float s) {
     if (src) v += to_f(src[i]);
     dst[i] = from_f<D>(v);
   }
+}
+
+struct AddRuns {
+  AddRun run[kMaxAddRuns];
+};
+static_assert(sizeof(AddRuns) <= 4000, "kernel arguments up to 4 KB");
+
+// Block b adds run b: dst = bf16(f32(dst) + src), as axpy_kernel<bf16, float> with s = 1.
+__global__ void add_runs_kernel(bf16* dst, const float* src, AddRuns runs) {
+  const AddRun r = runs.run[blockIdx.x];
+  for (int i = threadIdx.x; i < r.n; i += blockDim.x)
+    dst[r.dst_offset + i] = from_f<bf16>(to_f(dst[r.dst_offset + i]) + src[r.src_offset + i]);
 }
 
 template <typename D, typename S>
@@ -92,6 +106,16 @@ void add_inplace(void* dst, DType dst_dtype, const void* src, DType src_dtype, s
   if (df && !sf) launch_axpy<float, bf16>(dst, src, n, 1.0f, stream);
   if (!df && sf) launch_axpy<bf16, float>(dst, src, n, 1.0f, stream);
   if (!df && !sf) launch_axpy<bf16, bf16>(dst, src, n, 1.0f, stream);
+}
+
+void add_runs(uint16_t* dst, const float* src, const AddRun* runs, int count, cudaStream_t stream) {
+  for (int first = 0; first < count; first += kMaxAddRuns) {
+    const int n = std::min(kMaxAddRuns, count - first);
+    AddRuns arg{};
+    std::copy(runs + first, runs + first + n, arg.run);
+    add_runs_kernel<<<n, kThreads, 0, stream>>>(reinterpret_cast<bf16*>(dst), src, arg);
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
 void scale_inplace(void* x, DType dtype, size_t n, float s, cudaStream_t stream) {

@@ -43,6 +43,12 @@ struct GradCell {
   // parameter whose gradient lives in a staging bucket allocated on demand (ZeRO-2, dist/zero.h).
   // Such a gradient counts as existing (grad_exists), so ops accumulate into it and never assign one.
   std::function<Tensor()> make_grad;
+  // A parameter's persistent accumulator (ParameterStore::arm_accumulators, where the gradient is not f32): an op
+  // that sums into f32 and adds that into the gradient once (ops/grad_sink.h) takes it instead of a zero-filled
+  // temporary while `accumulator_armed` says it is zero and unused in this micro-step. `accumulator_deferred`: that
+  // add is left to ParameterStore::commit_accumulators (`accumulator_pending` until then).
+  Tensor accumulator;
+  bool accumulator_armed = false, accumulator_deferred = false, accumulator_pending = false;
   // Set by the Var's producer right after recording its node (mark_gradient_read_only, autograd/tape.h): the
   // tape (by id; 0: not marked) and index of that node, which reads this gradient and never writes into it, and
   // the gradient cells it writes (a fixed array: this is set for several ops per layer on the host's hot path). An

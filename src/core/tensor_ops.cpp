@@ -100,6 +100,25 @@ void add_(Tensor& dst, const Tensor& src) {
   for (int64_t i = 0; i < n; ++i) store(dst, i, load(dst, i) + load(src, i));
 }
 
+void add_runs_(Tensor& dst, const Tensor& src, const std::vector<AddRun>& runs) {
+  FP8T_CHECK(dst.dtype() == DType::bf16 && src.dtype() == DType::f32 && dst.device() == src.device(),
+             "add_runs_: {} += {}: needs a bf16 dst and an f32 src on one device", dst.str(), src.str());
+  for (const AddRun& r : runs)
+    FP8T_CHECK(r.n >= 0 && r.src_offset >= 0 && r.dst_offset >= 0 && r.src_offset + int64_t{r.n} <= src.numel() &&
+                   r.dst_offset + r.n <= dst.numel(),
+               "add_runs_: run ({} from {}, {} long) lies outside {} += {}", r.dst_offset, r.src_offset, r.n,
+               dst.str(), src.str());
+  if (runs.empty()) return;
+  if (dst.device().is_cuda()) {
+    FP8T_CUDA_ONLY("add_runs_", k::add_runs(static_cast<uint16_t*>(dst.raw()), src.data<float>(), runs.data(),
+                                            static_cast<int>(runs.size()), k::compute_stream()));
+    return;
+  }
+  for (const AddRun& r : runs)
+    for (int32_t i = 0; i < r.n; ++i)
+      store(dst, r.dst_offset + i, load(dst, r.dst_offset + i) + load(src, r.src_offset + i));
+}
+
 void scale_(Tensor& t, float s) {
   if (t.device().is_cuda()) {
     FP8T_CUDA_ONLY("scale_", expect_cuda_float(t, "scale_");

@@ -5,7 +5,9 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <vector>
 
+#include "core/add_run.h"
 #include "core/tensor.h"
 
 namespace fp8t {
@@ -13,6 +15,9 @@ namespace fp8t {
 Tensor zeros_like(const Tensor& t, DType dtype);
 void fill_(Tensor& t, float value);
 void add_(Tensor& dst, const Tensor& src);  // dst += src (same numel; f32/f64/bf16)
+// add_ over several runs of a bf16 dst and an f32 src in one pass (one launch per kernels::kMaxAddRuns runs on
+// CUDA): each element as add_ rounds it. Runs must not overlap in dst.
+void add_runs_(Tensor& dst, const Tensor& src, const std::vector<AddRun>& runs);
 void scale_(Tensor& t, float s);
 Tensor cast(const Tensor& t, DType dtype, MemCategory cat = MemCategory::activations);  // f32<->f64<->bf16
 void cast_into(Tensor& dst, const Tensor& src);  // dst (its dtype) = src converted; same numel and device

@@ -129,6 +129,9 @@ int64_t GradientReducer::max_bucket_bytes() const {
 }
 
 void GradientReducer::begin_micro() {
+  // bf16 gradients: the biases' and norms' f32 sums go to accumulators zeroed in one pass; unless gradients are
+  // staged here, their adds into the gradients wait for end_micro.
+  store_.arm_accumulators(/*defer_commits=*/!staged_ && !store_.grads_sharded());
   if (!staged_) return;
   FP8T_CHECK(!armed_, "GradientReducer: begin_micro() again before end_micro()");
   const size_t n = store_.specs().size();
@@ -217,6 +220,7 @@ void GradientReducer::retire_oldest() {
 }
 
 void GradientReducer::end_micro() {
+  store_.commit_accumulators();
   if (!staged_) return;
   FP8T_CHECK(armed_, "GradientReducer: end_micro() without begin_micro()");
   while (next_bucket_ < buckets_.size()) launch(next_bucket_++);

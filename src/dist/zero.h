@@ -54,9 +54,11 @@ class GradientReducer {
   // Stage 2 with several ranks: gradients staged in buckets and reduced during every backward.
   bool staged() const { return staged_; }
 
-  // Every micro-batch, when staged(): begin_micro() before its forward (the head writes wte's gradient
-  // there), tape.set_progress_hook(backward_hook()) before its backward, end_micro() after it, which
-  // launches the buckets still pending. No-ops (an empty hook) otherwise.
+  // Every micro-batch: begin_micro() before its forward, end_micro() after its backward. With bf16 gradients they
+  // arm the store's f32 accumulators (ParameterStore::arm_accumulators) and, unless staged, commit their deferred
+  // adds. When staged(): begin_micro() before the forward (the head writes wte's gradient there),
+  // tape.set_progress_hook(backward_hook()) before its backward, end_micro() after it, which launches the buckets
+  // still pending; otherwise the hook is empty.
   void begin_micro();
   std::function<void(size_t)> backward_hook();
   void end_micro();

@@ -2,6 +2,7 @@
 #include "nn/params.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "ops/ops.h"
 
@@ -94,6 +95,50 @@ std::vector<DecaySegment> ParameterStore::segments(int64_t begin, int64_t end) c
 }
 
 void ParameterStore::zero_grads() { grads_.zero_(); }
+
+void ParameterStore::arm_accumulators(bool defer_commits) {
+  if (grad_dtype() == DType::f32) return;
+  FP8T_CHECK(!defer_commits || !grads_sharded(), "arm_accumulators: deferred commits need the whole gradient buffer");
+  if (!accumulators_.defined()) {
+    auto padded = [](int64_t n) { return (n + 3) / 4 * 4; };  // each accumulator 16-byte aligned
+    int64_t n = 0;
+    for (const ParamSpec& s : specs_) n += s.shape.size() == 1 ? padded(s.numel()) : 0;
+    if (n == 0) return;
+    FP8T_CHECK(n <= INT32_MAX, "arm_accumulators: {} accumulator elements exceed 2^31", n);
+    accumulators_ = Tensor::empty({n}, DType::f32, device(), MemCategory::gradients);
+    n = 0;
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      if (specs_[i].shape.size() != 1) continue;
+      vars_[i]->grad_cell->accumulator = accumulators_.slice_flat(n, specs_[i].shape);
+      n += padded(specs_[i].numel());
+    }
+  }
+  accumulators_.zero_();
+  for (const Var& v : vars_) {
+    GradCell& cell = *v->grad_cell;
+    if (!cell.accumulator.defined()) continue;
+    cell.accumulator_armed = true;
+    cell.accumulator_deferred = defer_commits;
+    cell.accumulator_pending = false;
+  }
+}
+
+void ParameterStore::commit_accumulators() {
+  if (!accumulators_.defined()) return;
+  std::vector<AddRun> runs;
+  const auto* base = static_cast<const char*>(accumulators_.raw());
+  for (size_t i = 0; i < vars_.size(); ++i) {
+    GradCell& cell = *vars_[i]->grad_cell;
+    if (!cell.accumulator_pending) continue;
+    cell.accumulator_pending = false;
+    const Tensor& g = vars_[i]->grad;
+    FP8T_CHECK(!grads_sharded() && g.defined() && g.raw() == grads_.slice_flat(specs_[i].offset, specs_[i].shape).raw(),
+               "commit_accumulators: the gradient of {} is not its view of the store's buffer", specs_[i].name);
+    const auto src = (static_cast<const char*>(cell.accumulator.raw()) - base) / static_cast<int64_t>(sizeof(float));
+    runs.push_back({specs_[i].offset, static_cast<int32_t>(src), static_cast<int32_t>(specs_[i].numel())});
+  }
+  add_runs_(grads_, accumulators_, runs);
+}
 
 void ParameterStore::sync_compute() {
   if (!compute_.defined()) return;

@@ -99,6 +99,14 @@ class ParameterStore {
   std::vector<DecaySegment> segments(int64_t begin, int64_t end) const;
 
   void zero_grads();  // grads(): the whole buffer, or the shard
+  // Where gradients are not f32: zeroes the f32 accumulators of the one-dimensional parameters (biases and
+  // LayerNorm weights, whose ops sum into f32 and add that into the gradient once; ops/grad_sink.h) in one
+  // pass and arms them for one micro-step (GradCell::accumulator). Allocated on the first call. Call it before
+  // each micro-step's forward; without it those ops zero a temporary each. With `defer_commits` (gradients in
+  // this store's buffer, not staged) the ops' adds into the gradients wait for commit_accumulators().
+  void arm_accumulators(bool defer_commits = false);
+  // The deferred adds of this micro-step, in one pass (add_runs_); call it after the backward.
+  void commit_accumulators();
   // Refresh the compute copy from the master weights (after init, load or an optimizer step); with a
   // sharded master only the copies of this rank's elements (the codes are the caller's).
   void sync_compute();
@@ -111,6 +119,7 @@ class ParameterStore {
   std::vector<ParamSpec> compute_runs_;  // maximal runs contiguous in the master and compute buffers
   std::vector<int64_t> codes_offset_;    // sharded master: each parameter's offset in codes_, or -1
   Tensor master_, grads_, compute_, codes_;
+  Tensor accumulators_;  // arm_accumulators: f32, the one-dimensional parameters' packed
   std::vector<Var> vars_;
 };
 

@@ -2,6 +2,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <cmath>
+#include <cstring>
 
 #include "util/gpu_test_util.h"
 #include "core/tensor_ops.h"
@@ -90,4 +91,34 @@ TEST_CASE("GELU forward and backward match the CPU reference", "[gpu][gelu]") {
     cpu::gelu_backward(dref.data(), x.data(), dy.data(), n);
     CHECK(rel_err(download(dx), dref) < 1e-2);
   }
+}
+
+TEST_CASE("add_runs_ adds f32 runs into bf16 as the host loop does, bit for bit", "[gpu][elementwise]") {
+  // ParameterStore::commit_accumulators' one pass: 300 runs (two launches of at most kernels::kMaxAddRuns) of
+  // lengths 1 to ~3000 at scattered offsets, the elements between them untouched.
+  std::vector<AddRun> runs;
+  int64_t dst = 5, src = 0;
+  for (int r = 0; r < 300; ++r) {
+    const int32_t n = 1 + (r * 7919) % 3001;
+    runs.push_back({dst, static_cast<int32_t>(src), n});
+    dst += n + r % 5;  // gaps of 0 to 4 elements
+    src += n + (r % 3) * 4;
+  }
+  const auto d = round_bf16(randn(dst + 3, 2.0f)), s = randn(src);
+  Tensor host_dst = upload(d, {dst + 3}, DType::bf16).to(Device::cpu());
+  const Tensor host_src = upload(s, {src}, DType::f32).to(Device::cpu());
+  Tensor dev_dst = host_dst.to(kGpu);
+  const Tensor dev_src = host_src.to(kGpu);
+  add_runs_(host_dst, host_src, runs);
+  add_runs_(dev_dst, dev_src, runs);
+  const Tensor back = dev_dst.to(Device::cpu());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  REQUIRE(back.nbytes() == host_dst.nbytes());
+  CHECK(std::memcmp(back.raw(), host_dst.raw(), back.nbytes()) == 0);
+  int64_t changed = 0;  // the host loop did add: the runs' elements moved, the gaps did not
+  const std::vector<float> before = round_bf16(d), after = host_dst.to_float_vector();
+  for (size_t i = 0; i < before.size(); ++i) changed += before[i] != after[i];
+  CHECK(changed > src / 2);
+  CHECK(after[0] == before[0]);
+  CHECK_THROWS(add_runs_(dev_dst, dev_src, {{dst, 0, 4}}));  // past the end of dst
 }

@@ -5,6 +5,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <tuple>
 
 #include "core/allocator.h"
@@ -279,4 +280,63 @@ TEST_CASE("nn: FP8 weights of a sharded master must be published before a forwar
   CHECK(std::isfinite(g.loss(x, y)->value.to_float_vector()[0]));
   g.on_optimizer_step();  // a new weight version: the codes are stale until published again
   CHECK_THROWS_WITH(g.loss(x, y), Catch::Matchers::ContainsSubstring("GPT::publish_weights must run"));
+}
+
+TEST_CASE("nn: armed f32 accumulators give the bf16 gradients of zeroed temporaries bit for bit", "[nn]") {
+  // ParameterStore::arm_accumulators: the biases' and LayerNorm weights' f32 sums go to accumulators zeroed once
+  // per micro-step instead of a zeroed temporary per op; each op's sum is still added into the bf16 gradient once,
+  // right away or (deferred) by commit_accumulators after the backward.
+  const ModelConfig m = small_model();
+  enum class Arm { none, immediate, deferred };
+  for (ComputeMode mode : {ComputeMode::fp32, ComputeMode::fp8}) {
+    INFO("compute " << (mode == ComputeMode::fp8 ? "fp8 (emulated)" : "fp32"));
+    PrecisionConfig p;
+    p.compute = mode;
+    p.fp8.layers = {"qkv", "proj", "fc", "fc2"};
+    p.grad_dtype = GradDtype::bf16;
+    auto accumulate = [&](Arm arm) {
+      GPT model(m, Device::cpu(), DType::f32, 1, p);
+      model.init(5);
+      ParameterStore& P = model.params();
+      P.zero_grads();
+      for (int micro = 0; micro < 3; ++micro) {
+        if (arm != Arm::none) P.arm_accumulators(arm == Arm::deferred);
+        const Tensor x = random_tokens(2, 8, m.vocab_size, 300 + micro);
+        const Tensor y = random_tokens(2, 8, m.vocab_size, 400 + micro);
+        Tape tape;
+        Var loss;
+        {
+          TapeScope s(&tape);
+          loss = model.loss(x, y, false, 1.0f / 3);
+        }
+        tape.backward(loss, 1.0f / 3);
+        // Every one-dimensional parameter's accumulator was taken by its op (its add pending when deferred); the
+        // matrices have none.
+        for (size_t i = 0; arm != Arm::none && i < P.specs().size(); ++i) {
+          const GradCell& cell = *P.var(i)->grad_cell;
+          const bool vector = P.specs()[i].shape.size() == 1;
+          INFO(P.specs()[i].name);
+          CHECK(cell.accumulator.defined() == vector);
+          CHECK_FALSE(cell.accumulator_armed);
+          CHECK(cell.accumulator_pending == (vector && arm == Arm::deferred));
+        }
+        P.commit_accumulators();
+      }
+      return P.grads().to_float_vector();
+    };
+    const std::vector<float> plain = accumulate(Arm::none);
+    for (Arm arm : {Arm::immediate, Arm::deferred}) {
+      INFO((arm == Arm::deferred ? "deferred" : "immediate"));
+      const std::vector<float> armed = accumulate(arm);
+      REQUIRE(plain.size() == armed.size());
+      int64_t differ = 0;
+      for (size_t i = 0; i < plain.size(); ++i) differ += std::memcmp(&plain[i], &armed[i], sizeof(float)) != 0;
+      CHECK(differ == 0);
+    }
+  }
+  PrecisionConfig f32;  // f32 gradients: the ops sum into the gradient itself, so there is nothing to arm
+  GPT model(m, Device::cpu(), DType::f32, 1, f32);
+  model.params().arm_accumulators(true);
+  for (size_t i = 0; i < model.params().specs().size(); ++i)
+    CHECK_FALSE(model.params().var(i)->grad_cell->accumulator.defined());
 }
