@@ -251,13 +251,21 @@ __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
     uint16_t m16[4] = {}, v16[4] = {};
     uint32_t m8 = 0;
     if constexpr (S != StateDtype::fp32) {
-      const int64_t idx0 = b.index_base + i0;  // the four indices share their high word unless one crosses 2^32
-      const uint32_t high = rounding_high(h.rounding_key, idx0);
+      // The four indices share their high word unless they cross 2^32: then each is hashed whole (one test per lane,
+      // so the common case hashes straight through).
+      const int64_t idx0 = b.index_base + i0;
+      uint32_t bits4[4];
+      if ((idx0 ^ (idx0 + 3)) >> 32 == 0) {
+        const uint32_t high = rounding_high(h.rounding_key, idx0);
+#pragma unroll
+        for (int t = 0; t < 4; ++t) bits4[t] = rounding_bits_low(high, idx0 + t);
+      } else {
+#pragma unroll
+        for (int t = 0; t < 4; ++t) bits4[t] = rounding_bits(h.rounding_key, idx0 + t);
+      }
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
-        const int64_t idx = idx0 + t;
-        const uint32_t bits =
-            (idx ^ idx0) >> 32 == 0 ? rounding_bits_low(high, idx) : rounding_bits(h.rounding_key, idx);
+        const uint32_t bits = bits4[t];
         if constexpr (S == StateDtype::bf16)
           m16[t] = bf16_round_stochastic(m[t], bits);
         else
