@@ -129,9 +129,10 @@ int64_t GradientReducer::max_bucket_bytes() const {
 }
 
 void GradientReducer::begin_micro() {
-  // bf16 gradients: the biases' and norms' f32 sums go to accumulators zeroed in one pass; unless gradients are
-  // staged here, their adds into the gradients wait for end_micro.
-  store_.arm_accumulators(/*defer_commits=*/!staged_ && !store_.grads_sharded());
+  // bf16 gradients: the biases' and norms' f32 sums go to accumulators zeroed in one pass, their adds into the
+  // gradients waiting for end_micro. Not where gradients are staged (ZeRO-2 on several ranks): the ops' sums must
+  // reach the buckets as they are reduced, and between steps only the gradient shard is to be held.
+  if (!staged_ && !store_.grads_sharded()) store_.arm_accumulators(/*defer_commits=*/true);
   if (!staged_) return;
   FP8T_CHECK(!armed_, "GradientReducer: begin_micro() again before end_micro()");
   const size_t n = store_.specs().size();

@@ -105,7 +105,9 @@ void ParameterStore::arm_accumulators(bool defer_commits) {
     for (const ParamSpec& s : specs_) n += s.shape.size() == 1 ? padded(s.numel()) : 0;
     if (n == 0) return;
     FP8T_CHECK(n <= INT32_MAX, "arm_accumulators: {} accumulator elements exceed 2^31", n);
-    accumulators_ = Tensor::empty({n}, DType::f32, device(), MemCategory::gradients);
+    // Workspace, not gradients: zeroed every micro-step, they hold nothing between steps (the gradients' bytes stay
+    // the buffer ZeRO shards).
+    accumulators_ = Tensor::empty({n}, DType::f32, device(), MemCategory::workspace);
     n = 0;
     for (size_t i = 0; i < specs_.size(); ++i) {
       if (specs_[i].shape.size() != 1) continue;
