@@ -2,6 +2,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "core/cuda_check.h"
 #include "kernels/device_facts.cuh"
@@ -42,6 +45,20 @@ int resident_blocks(const void* kernel, int threads, size_t dynamic_smem) {
   int per_sm = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, dynamic_smem));
   return sm_count() * std::max(per_sm, 1);
+}
+
+int resident_blocks_of(const void* kernel, int threads) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int>, int> known;  // (device, kernel, threads) -> blocks
+  const auto key = std::make_tuple(current_device(), kernel, threads);
+  {
+    std::lock_guard lock(mu);
+    if (const auto it = known.find(key); it != known.end()) return it->second;
+  }
+  const int blocks = resident_blocks(kernel, threads);
+  std::lock_guard lock(mu);
+  known[key] = blocks;
+  return blocks;
 }
 
 bool is_hopper() { return facts().hopper; }

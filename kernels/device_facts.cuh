@@ -19,6 +19,10 @@ int sm_count();
 // least one per SM. Launchers keep it in a PerDevice: it is asked of the runtime on every call.
 int resident_blocks(const void* kernel, int threads, size_t dynamic_smem = 0);
 
+// resident_blocks without dynamic shared memory, asked of the runtime once per device, kernel and thread count: for
+// launchers that choose among many kernel variants at run time (no PerDevice per variant).
+int resident_blocks_of(const void* kernel, int threads);
+
 // Whether the current device is a Hopper (compute capability 9.0), the one device that runs sm_90a code.
 bool is_hopper();
 

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "core/launch_limits.h"
+#include "kernels/device_facts.cuh"
 #include "kernels/fp8_cast_tile.cuh"
 
 namespace fp8t::kernels {
@@ -49,173 +50,123 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(const T* __restrict__ in
   flush_stats(st, stats);
 }
 
-// kVec: cols % 8 == 0, in (and ops.pre, ops.w, ops.b where read) 16-byte aligned, out (if any) 8-byte aligned. vec_t:
-// rows % 16 == 0 and out_t 16-byte aligned. out and out_t may each be null. kColsum: stats.colsum is set (a template
-// argument so that the casts without it keep their registers: the 16-byte path needs 48 without and 64 with on sm_90a,
-// 5 and 4 blocks per SM). Elements outside the matrix read as zero (adding nothing to any statistic) and are never
-// stored. kIn gelu: every element read is replaced by cast_input (the zero padding too: gelu(+0) = +0); the colsum, if
-// any, would sum those values. kIn layernorm: every element inside the matrix is replaced by its LayerNorm value (the
-// padding stays zero: LayerNorm would turn it into b[c]); the thread's 8 columns of ops.w and ops.b and its 4 rows'
-// statistics are read once. kIn dgelu: ops.pre is read beside in (16-byte loads too: kVec also needs it 16-byte
-// aligned), its padding zero as well, and every element read is replaced by dgelu_value_bf16 (padding stays zero); the
-// colsum sums those values. kIn saved_gelu and saved_dgelu read pre from ops.pre_codes (8-byte loads: kVec needs them
-// 8-byte aligned) and ops.row_scale_inv instead (saved_gelu does not read in).
+// Cast + transpose over (kTileRows, kTileCols) tiles, numbered down each column strip first (tile t: row tile
+// t % row_tiles of column tile t / row_tiles). Block b takes tiles [b * tiles_per_block, ...): a block streams a run
+// of tiles, its next tile's loads (BlockLoads) in flight while it converts and stores this one, and keeps its column
+// sums in registers until its column strip changes, with one amax and saturation flush at the end. kVec: cols % 8 ==
+// 0, in (and ops.pre, ops.w, ops.b where read) 16-byte aligned, out (if any) 8-byte aligned. vec_t: rows % 16 == 0 and
+// out_t 16-byte aligned. out and out_t may each be null. kColsum: stats.colsum is set (a template argument so that the
+// casts without it keep their registers). Elements outside the matrix read as zero (adding nothing to any statistic)
+// and are never stored. kIn gelu: every element read is replaced by cast_input (the zero padding too: gelu(+0) = +0).
+// kIn layernorm: every element inside the matrix is replaced by its LayerNorm value (the padding stays zero:
+// LayerNorm would turn it into b[c]). kIn dgelu: ops.pre is read beside in (16-byte loads too: kVec also needs it
+// 16-byte aligned), its padding zero as well, and every element read is replaced by dgelu_value_bf16 (padding stays
+// zero); the colsum sums those values. kIn saved_gelu and saved_dgelu read pre from ops.pre_codes (8-byte loads: kVec
+// needs them 8-byte aligned) and ops.row_scale_inv instead (saved_gelu does not read in).
 template <Fp8Format F, typename T, bool kVec, bool kColsum, Fp8CastInput kIn>
 __global__ void __launch_bounds__(kThreads)
     cast_transpose_kernel(const T* __restrict__ in, uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
-                          int64_t rows, int64_t cols, bool vec_t, const float* __restrict__ scale_ptr,
-                          Fp8CastOutputs stats, Fp8CastOperands ops) {
+                          int64_t rows, int64_t cols, int64_t row_tiles, int64_t tiles, int64_t tiles_per_block,
+                          bool vec_t, const float* __restrict__ scale_ptr, Fp8CastOutputs stats,
+                          Fp8CastOperands ops) {
   __shared__ uint4 s_t[kTileCols * kChunks];              // (tile cols, kChunks) chunks, swizzled
   __shared__ float s_colsum[kThreads / 32][kTileCols];    // (warps, tile cols) partial column sums
   const float scale = *scale_ptr;
-  const int64_t r0 = int64_t{blockIdx.y} * kTileRows, c0 = int64_t{blockIdx.x} * kTileCols;
   const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
-  const int64_t c = c0 + 8 * tx;  // the thread's first column
+  const int64_t first = int64_t{blockIdx.x} * tiles_per_block;
+  const int64_t end = min(first + tiles_per_block, tiles);
+  auto row0 = [&](int64_t t) { return t % row_tiles * kTileRows; };
+  auto col0 = [&](int64_t t) { return t / row_tiles * kTileCols; };
 
   ThreadStats st;
-  uint2 codes[4];       // (4, 8): row j's columns 0-3 in .x, 4-7 in .y
-  float col_sum[8] = {};  // (8): the thread's columns summed over its 4 rows
-  if constexpr (kVec) {
-    float x[4][8];
-    if constexpr (kIn == Fp8CastInput::dgelu) {
-      // All eight 16-byte loads (4 rows of gradients, 4 of the GELU's input) issued before any use, kept
-      // packed (32 registers) until then.
-      uint4 dq[4], pq[4];
+  float col_sum[8] = {};  // (8): the thread's columns summed over its rows of the strip's tiles so far
+  BlockLoads<T, kIn> next;  // the next tile's loads (kVec)
+  if constexpr (kVec) next.load(true, in, row0(first), ty, col0(first) + 8 * tx, rows, cols, ops);
+  for (int64_t t = first; t < end; ++t) {
+    const int64_t r0 = row0(t), c0 = col0(t), c = c0 + 8 * tx;  // c: the thread's first column
+    uint2 codes[4];  // (4, 8): row j's columns 0-3 in .x, 4-7 in .y
+    if constexpr (kVec) {
+      const BlockLoads<T, kIn> cur = next;
+      next.load(t + 1 < end, in, row0(t + 1), ty, col0(t + 1) + 8 * tx, rows, cols, ops);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float x[8];
+        cur.values(j, r0 + 4 * ty + j, c, rows, cols, x);
+        codes[j] = convert8<F>(x, scale, st);
+        if constexpr (kColsum) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) col_sum[e] += x[e];
+        }
+      }
+    } else {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t r = r0 + 4 * ty + j;
-        const bool inside = r < rows && c < cols;  // cols % 8 == 0: all 8 or none inside
-        dq[j] = inside ? *reinterpret_cast<const uint4*>(in + r * cols + c) : make_uint4(0, 0, 0, 0);
-        pq[j] = inside ? *reinterpret_cast<const uint4*>(ops.pre + r * cols + c) : make_uint4(0, 0, 0, 0);
-      }
+        float x[8];
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) {  // the bf16 roundings in pairs
-          const float2 v = dgelu_values_bf16(bf16_at(dq[j], e), bf16_at(pq[j], e), bf16_at(dq[j], e + 1),
-                                             bf16_at(pq[j], e + 1));
-          x[j][e] = v.x, x[j][e + 1] = v.y;
+        for (int e = 0; e < 8; ++e) {
+          const int64_t i = r * cols + c + e;
+          if constexpr (kIn == Fp8CastInput::saved_gelu)  // `in` is not read
+            x[e] = r < rows && c + e < cols ? cast_input<kIn>(0.0f, i, r, c + e, ops) : 0.0f;
+          else
+            x[e] = r < rows && c + e < cols ? cast_input<kIn>(to_float(in[i]), i, r, c + e, ops) : 0.0f;
         }
-    } else if constexpr (kIn == Fp8CastInput::saved_dgelu) {
-      // Four 16-byte loads of gradients and four 8-byte loads of pre's codes issued before any use.
-      uint4 dq[4];
-      SavedPre pre;
-      load_dy_and_pre(dq, pre, in, r0, ty, c, rows, cols, ops);
+        codes[j] = convert8<F>(x, scale, st);
+        if constexpr (kColsum) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        float p[8];
-        pre.values(j, p);
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) {  // the bf16 roundings in pairs
-          const float2 v = dgelu_values_bf16(bf16_at(dq[j], e), p[e], bf16_at(dq[j], e + 1), p[e + 1]);
-          x[j][e] = v.x, x[j][e + 1] = v.y;
+          for (int e = 0; e < 8; ++e) col_sum[e] += x[e];
         }
       }
-    } else if constexpr (kIn == Fp8CastInput::saved_gelu) {
-      // Four 8-byte loads of codes (and the rows' scales) issued before any use; the padding stays zero.
-      SavedPre pre;
+    }
+
+    if (out) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t r = r0 + 4 * ty + j;
-        pre.load(j, r < rows && c < cols, r, c, cols, ops);
-      }
+        if constexpr (kVec) {
+          if (r < rows && c < cols) *reinterpret_cast<uint2*>(out + r * cols + c) = codes[j];
+        } else {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        float p[8];
-        pre.values(j, p);
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) {  // the bf16 roundings in pairs
-          const float2 v = bf16_round2(gelu(p[e]), gelu(p[e + 1]));
-          x[j][e] = v.x, x[j][e + 1] = v.y;
-        }
-      }
-    } else {  // the four 16-byte loads are all issued before any use
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int64_t r = r0 + 4 * ty + j;
-        if (r < rows && c < cols) load8(in + r * cols + c, x[j]);  // cols % 8 == 0: all 8 or none inside
-        else for (float& e : x[j]) e = 0.0f;
-      }
-    }
-    if constexpr (kIn == Fp8CastInput::layernorm) {
-      if (c < cols) {
-        float lw[8], lb[8];  // (8) the LayerNorm weight and bias of the thread's columns (kVec: 16-byte aligned)
-        load8(ops.w + c, lw);
-        load8(ops.b + c, lb);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int64_t r = r0 + 4 * ty + j;
-          if (r < rows) {
-            const float m = ops.mean[r], s = ops.rstd[r];
-#pragma unroll
-            for (int e = 0; e < 8; e += 2) {  // layernorm_value_bf16, the bf16 roundings in pairs
-              const float2 v = bf16_round2(layernorm_value(x[j][e], m, s, lw[e], lb[e]),
-                                           layernorm_value(x[j][e + 1], m, s, lw[e + 1], lb[e + 1]));
-              x[j][e] = v.x, x[j][e + 1] = v.y;
-            }
-          }
+          for (int e = 0; e < 8; ++e)
+            if (r < rows && c + e < cols) out[r * cols + c + e] = byte_of(e < 4 ? codes[j].x : codes[j].y, e % 4);
         }
       }
     }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if constexpr (kIn == Fp8CastInput::gelu) {
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) {  // cast_input<gelu>, the bf16 roundings in pairs
-          const float2 v = bf16_round2(gelu(x[j][e]), gelu(x[j][e + 1]));
-          x[j][e] = v.x, x[j][e + 1] = v.y;
-        }
-      }
-      codes[j] = convert8<F>(x[j], scale, st);
-      if constexpr (kColsum) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) col_sum[e] += x[j][e];
-      }
+    if (out_t) {
+      stage_transposed(s_t, codes, tx, ty);
+      __syncthreads();
+      store_transposed(s_t, out_t, r0, c0, rows, cols, vec_t);
+      __syncthreads();  // the next tile stages into s_t again
     }
-  } else {
+    if constexpr (kColsum) {
+      if (t + 1 == end || col0(t + 1) != c0) {  // the strip ends here (block-uniform): add its sums
+        stage_colsum(s_colsum, col_sum, tx);
+        __syncthreads();
+        add_colsum(s_colsum, stats.colsum, c0, cols);
+        __syncthreads();  // s_colsum is staged into again
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t r = r0 + 4 * ty + j;
-      float x[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int64_t i = r * cols + c + e;
-        if constexpr (kIn == Fp8CastInput::saved_gelu)  // `in` is not read
-          x[e] = r < rows && c + e < cols ? cast_input<kIn>(0.0f, i, r, c + e, ops) : 0.0f;
-        else
-          x[e] = r < rows && c + e < cols ? cast_input<kIn>(to_float(in[i]), i, r, c + e, ops) : 0.0f;
-      }
-      codes[j] = convert8<F>(x, scale, st);
-      if constexpr (kColsum) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) col_sum[e] += x[e];
+        for (float& v : col_sum) v = 0.0f;
       }
     }
   }
-
-  if (kColsum) stage_colsum(s_colsum, col_sum, tx);
-
-  if (out) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t r = r0 + 4 * ty + j;
-      if constexpr (kVec) {
-        if (r < rows && c < cols) *reinterpret_cast<uint2*>(out + r * cols + c) = codes[j];
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          if (r < rows && c + e < cols) out[r * cols + c + e] = byte_of(e < 4 ? codes[j].x : codes[j].y, e % 4);
-      }
-    }
-  }
-
-  if (out_t) stage_transposed(s_t, codes, tx, ty);
-  __syncthreads();
-
-  if (kColsum) add_colsum(s_colsum, stats.colsum, c0, cols);
-
-  if (out_t) store_transposed(s_t, out_t, r0, c0, rows, cols, vec_t);
   flush_stats(st, stats);
+}
+
+// The tiled kernel's grid: about one wave of blocks (the occupancy calculator's), each taking an equal run of tiles,
+// at least two (when there are) so that every shape exercises the run's prefetch and strip changes.
+struct TileRuns {
+  int64_t row_tiles, tiles, per_block;
+  unsigned blocks;
+};
+TileRuns tile_runs(int64_t rows, int64_t cols, int slots) {
+  TileRuns g{};
+  // At most 65535 row tiles (8,388,480 rows, far past any B x T), the tiled cast's limit since its grid had a row
+  // dimension: the run indices are 64-bit, but the limit keeps rows * cols far from overflowing them.
+  g.row_tiles = checked_grid(ceil_div64(rows, kTileRows), kMaxGridYZ, "fp8_cast (tiled)", "rows (128 per tile)");
+  g.tiles = g.row_tiles * ceil_div64(cols, kTileCols);
+  g.per_block = std::max<int64_t>(std::min<int64_t>(2, g.tiles), ceil_div64(g.tiles, std::max(slots, 1)));
+  g.blocks = checked_grid(ceil_div64(g.tiles, g.per_block), kMaxGridX, "fp8_cast (tiled)", "tiles (128x64) in runs");
+  return g;
 }
 
 int blocks_for(int64_t items, int64_t per_block) {
@@ -232,9 +183,6 @@ void launch_cast(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t*
                  dgelu = Fp8CastInput::dgelu, saved_gelu = Fp8CastInput::saved_gelu,
                  saved_dgelu = Fp8CastInput::saved_dgelu;
   if (out_t || stats.colsum || input != as_is) {
-    // (column tiles, row tiles): gridDim.y caps rows at 65535 * 128 = 8388480.
-    const dim3 grid(checked_grid(ceil_div64(cols, kTileCols), kMaxGridX, "fp8_cast (tiled)", "cols (64 per tile)"),
-                    checked_grid(ceil_div64(rows, kTileRows), kMaxGridYZ, "fp8_cast (tiled)", "rows (128 per tile)"));
     const bool vec = cols % 8 == 0 && aligned16(in) && (!out || aligned8(out)) &&
                      (input != dgelu || aligned16(ops.pre)) &&
                      ((input != saved_gelu && input != saved_dgelu) || aligned8(ops.pre_codes)) &&
@@ -264,7 +212,9 @@ void launch_cast(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t*
                               : (vec ? cast_transpose_kernel<F, T, true, false, dgelu>
                                      : cast_transpose_kernel<F, T, false, false, dgelu>);
     }
-    kernel<<<grid, kThreads, 0, stream>>>(in, out, out_t, rows, cols, vec_t, scale, stats, ops);
+    const TileRuns g = tile_runs(rows, cols, resident_blocks_of(reinterpret_cast<const void*>(kernel), kThreads));
+    kernel<<<g.blocks, kThreads, 0, stream>>>(in, out, out_t, rows, cols, g.row_tiles, g.tiles, g.per_block, vec_t,
+                                              scale, stats, ops);
   } else {
     const int64_t n = rows * cols;
     if (aligned16(in) && aligned8(out))

@@ -65,6 +65,100 @@ __device__ __forceinline__ void load_dy_and_pre(uint4 (&dq)[4], SavedPre& pre, c
   }
 }
 
+// A thread's (4, 8) block of one tile's input on the 16-byte path, every load issued by load() before any use, so a
+// block's next tile is in flight while it converts this one: row j's 8 elements of in (one 16-byte word for bf16, two
+// for f32) and what the prologue reads beside them (dgelu: pre's; saved_gelu and saved_dgelu: pre's codes and row
+// scales, saved_gelu without in; layernorm: the rows' statistics and the columns' weight and bias). Outside the
+// matrix, or with any = false, it reads nothing and holds zeros.
+template <typename T, Fp8CastInput kIn>
+struct BlockLoads {
+  static constexpr int kWords = static_cast<int>(sizeof(T)) / 2;  // 16-byte words per row of 8 elements
+  static constexpr bool kSaved = kIn == Fp8CastInput::saved_gelu || kIn == Fp8CastInput::saved_dgelu;
+  uint4 in[4][kWords];
+  uint4 pre[4];       // dgelu: pre's row j
+  SavedPre saved;     // saved_gelu, saved_dgelu
+  float mean[4], rstd[4];  // layernorm: row j's statistics
+  uint4 w, b;         // layernorm: the columns' weight and bias (bf16)
+
+  __device__ __forceinline__ void load(bool any, const T* src, int64_t r0, int ty, int64_t c, int64_t rows,
+                                       int64_t cols, const Fp8CastOperands& ops) {
+    constexpr uint4 zero = {0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = r0 + 4 * ty + j;
+      const bool inside = any && r < rows && c < cols;  // cols % 8 == 0: all 8 or none inside
+      if constexpr (kIn != Fp8CastInput::saved_gelu) {
+#pragma unroll
+        for (int k = 0; k < kWords; ++k)
+          in[j][k] = inside ? reinterpret_cast<const uint4*>(src + r * cols + c)[k] : zero;
+      }
+      if constexpr (kIn == Fp8CastInput::dgelu)
+        pre[j] = inside ? *reinterpret_cast<const uint4*>(ops.pre + r * cols + c) : zero;
+      if constexpr (kSaved) saved.load(j, inside, r, c, cols, ops);
+      if constexpr (kIn == Fp8CastInput::layernorm) {
+        mean[j] = inside ? ops.mean[r] : 0.0f;
+        rstd[j] = inside ? ops.rstd[r] : 0.0f;
+      }
+    }
+    if constexpr (kIn == Fp8CastInput::layernorm) {
+      const bool inside = any && c < cols;
+      w = inside ? *reinterpret_cast<const uint4*>(ops.w + c) : zero;
+      b = inside ? *reinterpret_cast<const uint4*>(ops.b + c) : zero;
+    }
+  }
+
+  // Element e of row j as read (exact).
+  __device__ __forceinline__ float at(int j, int e) const {
+    if constexpr (kWords == 1) {
+      return bf16_at(in[j][0], e);
+    } else {
+      const uint4& q = in[j][e / 4];
+      const int k = e % 4;
+      return __uint_as_float(k == 0 ? q.x : k == 1 ? q.y : k == 2 ? q.z : q.w);
+    }
+  }
+
+  // Row j's 8 values as the cast reads them (cast_input<kIn>'s, bit for bit; zero outside the matrix), r the row.
+  __device__ __forceinline__ void values(int j, int64_t r, int64_t c, int64_t rows, int64_t cols,
+                                         float (&x)[8]) const {
+    if constexpr (kIn == Fp8CastInput::dgelu) {
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {  // the bf16 roundings in pairs
+        const float2 v = dgelu_values_bf16(at(j, e), bf16_at(pre[j], e), at(j, e + 1), bf16_at(pre[j], e + 1));
+        x[e] = v.x, x[e + 1] = v.y;
+      }
+    } else if constexpr (kSaved) {
+      float p[8];
+      saved.values(j, p);
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {  // the bf16 roundings in pairs
+        const float2 v = kIn == Fp8CastInput::saved_dgelu
+                             ? dgelu_values_bf16(at(j, e), p[e], at(j, e + 1), p[e + 1])
+                             : bf16_round2(gelu(p[e]), gelu(p[e + 1]));
+        x[e] = v.x, x[e + 1] = v.y;
+      }
+    } else if constexpr (kIn == Fp8CastInput::gelu) {
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {  // cast_input<gelu>, the bf16 roundings in pairs
+        const float2 v = bf16_round2(gelu(at(j, e)), gelu(at(j, e + 1)));
+        x[e] = v.x, x[e + 1] = v.y;
+      }
+    } else if constexpr (kIn == Fp8CastInput::layernorm) {
+      const bool inside = r < rows && c < cols;  // the padding stays zero (LayerNorm would make it b)
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {  // layernorm_value_bf16, the bf16 roundings in pairs
+        const float2 v = bf16_round2(layernorm_value(at(j, e), mean[j], rstd[j], bf16_at(w, e), bf16_at(b, e)),
+                                     layernorm_value(at(j, e + 1), mean[j], rstd[j], bf16_at(w, e + 1),
+                                                     bf16_at(b, e + 1)));
+        x[e] = inside ? v.x : 0.0f, x[e + 1] = inside ? v.y : 0.0f;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) x[e] = at(j, e);
+    }
+  }
+};
+
 // Stages a thread's (4, 8) block of codes transposed in s_t: column e's word holds rows 4 * ty + 0..3, low byte
 // first (a 4x4 byte transpose per half). The tile's chunks are then stored by store_transposed after a barrier.
 __device__ __forceinline__ void stage_transposed(uint4* s_t, const uint2 (&codes)[4], int tx, int ty) {
