@@ -50,11 +50,13 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(const T* __restrict__ in
   flush_stats(st, stats);
 }
 
-// Cast + transpose over (kTileRows, kTileCols) tiles, numbered down each column strip first (tile t: row tile
-// t % row_tiles of column tile t / row_tiles). Block b takes tiles [b * tiles_per_block, ...): a block streams a run
-// of tiles, its next tile's loads (BlockLoads) in flight while it converts and stores this one, and keeps its column
-// sums in registers until its column strip changes, with one amax and saturation flush at the end. kVec: cols % 8 ==
-// 0, in (and ops.pre, ops.w, ops.b where read) 16-byte aligned, out (if any) 8-byte aligned. vec_t: rows % 16 == 0 and
+// Cast + transpose over (kTileRows, kTileCols) tiles: block (x, y) takes column tile x and row tiles y, y + gridDim.y,
+// ... With kRuns (the 16-byte path of the plain and LayerNorm casts, which are memory-bound) a block streams its row
+// tiles, the next tile's loads (BlockLoads) issued before this one converts, its column sums kept in registers and
+// its statistics flushed once; the launcher gives it about one wave of blocks. The other casts (the GELU ones are
+// bound by their arithmetic and need their registers for occupancy) get one block per tile. At any time the blocks
+// running hold neighbouring column tiles of the same rows, as a one-tile-per-block grid would. kVec: cols % 8 == 0,
+// in (and ops.pre, ops.w, ops.b where read) 16-byte aligned, out (if any) 8-byte aligned. vec_t: rows % 16 == 0 and
 // out_t 16-byte aligned. out and out_t may each be null. kColsum: stats.colsum is set (a template argument so that the
 // casts without it keep their registers). Elements outside the matrix read as zero (adding nothing to any statistic)
 // and are never stored. kIn gelu: every element read is replaced by cast_input (the zero padding too: gelu(+0) = +0).
@@ -63,31 +65,47 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(const T* __restrict__ in
 // 16-byte aligned), its padding zero as well, and every element read is replaced by dgelu_value_bf16 (padding stays
 // zero); the colsum sums those values. kIn saved_gelu and saved_dgelu read pre from ops.pre_codes (8-byte loads: kVec
 // needs them 8-byte aligned) and ops.row_scale_inv instead (saved_gelu does not read in).
+template <Fp8CastInput kIn>
+constexpr bool streams_runs(bool vec) {
+  return vec && (kIn == Fp8CastInput::as_is || kIn == Fp8CastInput::layernorm);
+}
+
+// Blocks per SM the registers must allow: one tile per block, 4 (64 registers, as before runs); runs, 3 (85), or 2
+// for the LayerNorm cast and f32 input (two tiles' operands held at once would spill at 85).
+template <typename T, Fp8CastInput kIn>
+constexpr int min_blocks(bool vec) {
+  return !streams_runs<kIn>(vec) ? 4 : kIn == Fp8CastInput::layernorm || sizeof(T) == 4 ? 2 : 3;
+}
+
 template <Fp8Format F, typename T, bool kVec, bool kColsum, Fp8CastInput kIn>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, min_blocks<T, kIn>(kVec))
     cast_transpose_kernel(const T* __restrict__ in, uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
-                          int64_t rows, int64_t cols, int64_t row_tiles, int64_t tiles, int64_t tiles_per_block,
-                          bool vec_t, const float* __restrict__ scale_ptr, Fp8CastOutputs stats,
-                          Fp8CastOperands ops) {
+                          int64_t rows, int64_t cols, bool vec_t, const float* __restrict__ scale_ptr,
+                          Fp8CastOutputs stats, Fp8CastOperands ops) {
+  constexpr bool kRuns = streams_runs<kIn>(kVec);
   __shared__ uint4 s_t[kTileCols * kChunks];              // (tile cols, kChunks) chunks, swizzled
   __shared__ float s_colsum[kThreads / 32][kTileCols];    // (warps, tile cols) partial column sums
   const float scale = *scale_ptr;
   const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
-  const int64_t first = int64_t{blockIdx.x} * tiles_per_block;
-  const int64_t end = min(first + tiles_per_block, tiles);
-  auto row0 = [&](int64_t t) { return t % row_tiles * kTileRows; };
-  auto col0 = [&](int64_t t) { return t / row_tiles * kTileCols; };
+  const int64_t c0 = int64_t{blockIdx.x} * kTileCols, c = c0 + 8 * tx;  // c: the thread's first column
+  const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows, step = gridDim.y;
 
   ThreadStats st;
-  float col_sum[8] = {};  // (8): the thread's columns summed over its rows of the strip's tiles so far
-  BlockLoads<T, kIn> next;  // the next tile's loads (kVec)
-  if constexpr (kVec) next.load(true, in, row0(first), ty, col0(first) + 8 * tx, rows, cols, ops);
-  for (int64_t t = first; t < end; ++t) {
-    const int64_t r0 = row0(t), c0 = col0(t), c = c0 + 8 * tx;  // c: the thread's first column
+  float col_sum[8] = {};  // (8): the thread's columns summed over its rows
+  BlockLoads<T, kIn> next;  // kRuns: the next tile's loads
+  if constexpr (kRuns) next.load(true, in, int64_t{blockIdx.y} * kTileRows, ty, c, rows, cols, ops);
+  for (int64_t tile = blockIdx.y; tile < row_tiles; tile += step) {
+    const int64_t r0 = tile * kTileRows;
+    const bool more = tile + step < row_tiles;  // block-uniform
     uint2 codes[4];  // (4, 8): row j's columns 0-3 in .x, 4-7 in .y
     if constexpr (kVec) {
-      const BlockLoads<T, kIn> cur = next;
-      next.load(t + 1 < end, in, row0(t + 1), ty, col0(t + 1) + 8 * tx, rows, cols, ops);
+      BlockLoads<T, kIn> cur;
+      if constexpr (kRuns) {
+        cur = next;
+        next.load(more, in, r0 + step * kTileRows, ty, c, rows, cols, ops);
+      } else {
+        cur.load(true, in, r0, ty, c, rows, cols, ops);
+      }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         float x[8];
@@ -136,37 +154,25 @@ __global__ void __launch_bounds__(kThreads)
       stage_transposed(s_t, codes, tx, ty);
       __syncthreads();
       store_transposed(s_t, out_t, r0, c0, rows, cols, vec_t);
-      __syncthreads();  // the next tile stages into s_t again
+      if (more) __syncthreads();  // the next tile stages into s_t again
     }
-    if constexpr (kColsum) {
-      if (t + 1 == end || col0(t + 1) != c0) {  // the strip ends here (block-uniform): add its sums
-        stage_colsum(s_colsum, col_sum, tx);
-        __syncthreads();
-        add_colsum(s_colsum, stats.colsum, c0, cols);
-        __syncthreads();  // s_colsum is staged into again
-#pragma unroll
-        for (float& v : col_sum) v = 0.0f;
-      }
-    }
+    if constexpr (!kRuns) break;  // one tile per block: straight-line code
+  }
+  if constexpr (kColsum) {
+    stage_colsum(s_colsum, col_sum, tx);
+    __syncthreads();
+    add_colsum(s_colsum, stats.colsum, c0, cols);
   }
   flush_stats(st, stats);
 }
 
-// The tiled kernel's grid: about one wave of blocks (the occupancy calculator's), each taking an equal run of tiles,
-// at least two (when there are) so that every shape exercises the run's prefetch and strip changes.
-struct TileRuns {
-  int64_t row_tiles, tiles, per_block;
-  unsigned blocks;
-};
-TileRuns tile_runs(int64_t rows, int64_t cols, int slots) {
-  TileRuns g{};
-  // At most 65535 row tiles (8,388,480 rows, far past any B x T), the tiled cast's limit since its grid had a row
-  // dimension: the run indices are 64-bit, but the limit keeps rows * cols far from overflowing them.
-  g.row_tiles = checked_grid(ceil_div64(rows, kTileRows), kMaxGridYZ, "fp8_cast (tiled)", "rows (128 per tile)");
-  g.tiles = g.row_tiles * ceil_div64(cols, kTileCols);
-  g.per_block = std::max<int64_t>(std::min<int64_t>(2, g.tiles), ceil_div64(g.tiles, std::max(slots, 1)));
-  g.blocks = checked_grid(ceil_div64(g.tiles, g.per_block), kMaxGridX, "fp8_cast (tiled)", "tiles (128x64) in runs");
-  return g;
+// The tiled kernel's row groups (gridDim.y): with runs, as many as fill one wave of blocks (the occupancy
+// calculator's) over the column tiles, so each block streams row_tiles / groups tiles; one tile per block where runs
+// do not apply or where the column tiles alone fill the wave.
+int64_t row_groups(int64_t rows, int64_t cols, bool runs, int slots) {
+  const int64_t row_tiles = ceil_div64(rows, kTileRows), col_tiles = ceil_div64(cols, kTileCols);
+  if (!runs || col_tiles * 2 > slots) return row_tiles;
+  return std::min(row_tiles, slots / col_tiles);
 }
 
 int blocks_for(int64_t items, int64_t per_block) {
@@ -212,9 +218,14 @@ void launch_cast(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t*
                               : (vec ? cast_transpose_kernel<F, T, true, false, dgelu>
                                      : cast_transpose_kernel<F, T, false, false, dgelu>);
     }
-    const TileRuns g = tile_runs(rows, cols, resident_blocks_of(reinterpret_cast<const void*>(kernel), kThreads));
-    kernel<<<g.blocks, kThreads, 0, stream>>>(in, out, out_t, rows, cols, g.row_tiles, g.tiles, g.per_block, vec_t,
-                                              scale, stats, ops);
+    // (column tiles, row groups): gridDim.y caps rows at 65535 * 128 = 8388480.
+    const int64_t col_tiles = checked_grid(ceil_div64(cols, kTileCols), kMaxGridX, "fp8_cast (tiled)",
+                                           "cols (64 per tile)");
+    checked_grid(ceil_div64(rows, kTileRows), kMaxGridYZ, "fp8_cast (tiled)", "rows (128 per tile)");
+    const bool runs = input == as_is || input == layernorm ? vec : false;
+    const int slots = runs ? resident_blocks_of(reinterpret_cast<const void*>(kernel), kThreads) : 0;
+    const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_groups(rows, cols, runs, slots)));
+    kernel<<<grid, kThreads, 0, stream>>>(in, out, out_t, rows, cols, vec_t, scale, stats, ops);
   } else {
     const int64_t n = rows * cols;
     if (aligned16(in) && aligned8(out))

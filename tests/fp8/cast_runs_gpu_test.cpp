@@ -1,8 +1,9 @@
-// The tiled FP8 cast's blocks stream runs of tiles (kernels/fp8_cast.cu): on a matrix of more tiles than any GPU keeps
-// resident three times over, every block takes three or more tiles, prefetching the next while it converts one, and
-// most runs cross from one column strip into the next (the column sums flushed at each change). Checked bit for bit
-// against the host codec (plain cast), against gelu_backward then the plain cast (dgelu prologue) and against
-// layernorm_forward then the plain cast (LayerNorm prologue), with ragged last tiles in both directions.
+// The tiled FP8 cast's plain and LayerNorm casts stream runs of row tiles (kernels/fp8_cast.cu): on a matrix whose 35
+// column tiles fill a wave of blocks several times over, each block takes every 7th-11th of its strip's 94 row tiles
+// (on an H200), prefetching the next while it converts one, its column sums kept in registers to the end. Checked bit
+// for bit against the host codec (plain cast), against layernorm_forward then the plain cast (LayerNorm prologue), and
+// the dgelu prologue (one tile per block) against gelu_backward then the plain cast, with ragged last tiles in both
+// directions.
 #include <catch2/catch_test_macros.hpp>
 #include <cmath>
 #include <cstring>
@@ -21,8 +22,8 @@ using bf16_t = __nv_bfloat16;
 
 namespace {
 
-// 94 x 35 = 3290 tiles of (128, 64): more than 3 x 132 SMs x 8 blocks. Rows and cols end in partial tiles; rows % 16
-// == 0 and cols % 8 == 0 keep the 16-byte paths.
+// 94 x 35 tiles of (128, 64); rows and cols end in partial tiles; rows % 16 == 0 and cols % 8 == 0 keep the 16-byte
+// paths.
 constexpr int64_t kRows = 12000, kCols = 2200, kN = kRows * kCols;
 
 struct Cast {
@@ -51,7 +52,7 @@ void check_same(const Cast& got, const Cast& ref) {
 
 }  // namespace
 
-TEST_CASE("fp8 cast: blocks streaming runs of tiles across column strips - plain, dgelu and LayerNorm prologues",
+TEST_CASE("fp8 cast: blocks streaming runs of row tiles - plain, dgelu and LayerNorm prologues - ragged tiles",
           "[gpu][fp8]") {
   const auto stream = kernels::compute_stream();
   const float scale = 16.0f;
