@@ -53,8 +53,9 @@ __global__ void __launch_bounds__(kThreads) cast_kernel(const T* __restrict__ in
 // Cast + transpose over (kTileRows, kTileCols) tiles: block (x, y) takes column tile x and row tiles y, y + gridDim.y,
 // ... With kRuns (the 16-byte path of the plain and LayerNorm casts, which are memory-bound) a block streams its row
 // tiles, the next tile's loads (BlockLoads) issued before this one converts, its column sums kept in registers and
-// its statistics flushed once; the launcher gives it about one wave of blocks. The other casts (the GELU ones are
-// bound by their arithmetic and need their registers for occupancy) get one block per tile. At any time the blocks
+// its statistics flushed once; the launcher gives it about one wave of blocks where the column tiles leave room for
+// two or more per column. Otherwise, and for the other casts (the GELU ones are bound by their arithmetic and need
+// their registers for occupancy), one block per tile (gridDim.y = row tiles). At any time the blocks
 // running hold neighbouring column tiles of the same rows, as a one-tile-per-block grid would. kVec: cols % 8 == 0,
 // in (and ops.pre, ops.w, ops.b where read) 16-byte aligned, out (if any) 8-byte aligned. vec_t: rows % 16 == 0 and
 // out_t 16-byte aligned. out and out_t may each be null. kColsum: stats.colsum is set (a template argument so that the
@@ -70,19 +71,21 @@ constexpr bool streams_runs(bool vec) {
   return vec && (kIn == Fp8CastInput::as_is || kIn == Fp8CastInput::layernorm);
 }
 
-// Blocks per SM the registers must allow: one tile per block, 4 (64 registers, as before runs); runs, 3 (85), or 2
-// for the LayerNorm cast and f32 input (two tiles' operands held at once would spill at 85).
+// Blocks per SM the registers must allow: one tile per block, 5 (51 registers), or 4 (64) with column sums or the
+// LayerNorm prologue (what the kernel took before runs); runs, 3 (85), or 2 for the LayerNorm cast and f32 input (two
+// tiles' operands held at once would spill at 85).
 template <typename T, Fp8CastInput kIn>
-constexpr int min_blocks(bool vec) {
-  return !streams_runs<kIn>(vec) ? 4 : kIn == Fp8CastInput::layernorm || sizeof(T) == 4 ? 2 : 3;
+constexpr int min_blocks(bool runs, bool colsum) {
+  if (!runs) return colsum || kIn == Fp8CastInput::layernorm ? 4 : 5;
+  return kIn == Fp8CastInput::layernorm || sizeof(T) == 4 ? 2 : 3;
 }
 
-template <Fp8Format F, typename T, bool kVec, bool kColsum, Fp8CastInput kIn>
-__global__ void __launch_bounds__(kThreads, min_blocks<T, kIn>(kVec))
+template <Fp8Format F, typename T, bool kVec, bool kColsum, Fp8CastInput kIn, bool kRuns = false>
+__global__ void __launch_bounds__(kThreads, min_blocks<T, kIn>(kRuns, kColsum))
     cast_transpose_kernel(const T* __restrict__ in, uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
                           int64_t rows, int64_t cols, bool vec_t, const float* __restrict__ scale_ptr,
                           Fp8CastOutputs stats, Fp8CastOperands ops) {
-  constexpr bool kRuns = streams_runs<kIn>(kVec);
+  static_assert(!kRuns || streams_runs<kIn>(kVec), "runs: the 16-byte plain and LayerNorm casts only");
   __shared__ uint4 s_t[kTileCols * kChunks];              // (tile cols, kChunks) chunks, swizzled
   __shared__ float s_colsum[kThreads / 32][kTileCols];    // (warps, tile cols) partial column sums
   const float scale = *scale_ptr;
@@ -166,15 +169,6 @@ __global__ void __launch_bounds__(kThreads, min_blocks<T, kIn>(kVec))
   flush_stats(st, stats);
 }
 
-// The tiled kernel's row groups (gridDim.y): with runs, as many as fill one wave of blocks (the occupancy
-// calculator's) over the column tiles, so each block streams row_tiles / groups tiles; one tile per block where runs
-// do not apply or where the column tiles alone fill the wave.
-int64_t row_groups(int64_t rows, int64_t cols, bool runs, int slots) {
-  const int64_t row_tiles = ceil_div64(rows, kTileRows), col_tiles = ceil_div64(cols, kTileCols);
-  if (!runs || col_tiles * 2 > slots) return row_tiles;
-  return std::min(row_tiles, slots / col_tiles);
-}
-
 int blocks_for(int64_t items, int64_t per_block) {
   return static_cast<int>(std::clamp<int64_t>((items + per_block - 1) / per_block, 1, int64_t{1} << 20));
 }
@@ -221,10 +215,23 @@ void launch_cast(const T* in, int64_t rows, int64_t cols, uint8_t* out, uint8_t*
     // (column tiles, row groups): gridDim.y caps rows at 65535 * 128 = 8388480.
     const int64_t col_tiles = checked_grid(ceil_div64(cols, kTileCols), kMaxGridX, "fp8_cast (tiled)",
                                            "cols (64 per tile)");
-    checked_grid(ceil_div64(rows, kTileRows), kMaxGridYZ, "fp8_cast (tiled)", "rows (128 per tile)");
-    const bool runs = input == as_is || input == layernorm ? vec : false;
-    const int slots = runs ? resident_blocks_of(reinterpret_cast<const void*>(kernel), kThreads) : 0;
-    const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_groups(rows, cols, runs, slots)));
+    const int64_t row_tiles = checked_grid(ceil_div64(rows, kTileRows), kMaxGridYZ, "fp8_cast (tiled)",
+                                           "rows (128 per tile)");
+    int64_t groups = row_tiles;  // one tile per block
+    if (vec && (input == as_is || input == layernorm)) {
+      // Runs: as many row groups as fill one wave of the runs kernel's blocks, where the column tiles leave room for
+      // at least two per column (else one tile per block, at the one-tile kernel's higher occupancy).
+      auto runs = stats.colsum ? cast_transpose_kernel<F, T, true, true, as_is, true>
+                               : cast_transpose_kernel<F, T, true, false, as_is, true>;
+      if constexpr (std::is_same_v<T, bf16>)
+        if (input == layernorm) runs = cast_transpose_kernel<F, T, true, false, layernorm, true>;
+      const int slots = resident_blocks_of(reinterpret_cast<const void*>(runs), kThreads);
+      if (col_tiles * 2 <= slots) {
+        kernel = runs;
+        groups = std::min(row_tiles, slots / col_tiles);
+      }
+    }
+    const dim3 grid(static_cast<unsigned>(col_tiles), static_cast<unsigned>(groups));
     kernel<<<grid, kThreads, 0, stream>>>(in, out, out_t, rows, cols, vec_t, scale, stats, ops);
   } else {
     const int64_t n = rows * cols;

@@ -3,7 +3,7 @@
 // (on an H200), prefetching the next while it converts one, its column sums kept in registers to the end. Checked bit
 // for bit against the host codec (plain cast), against layernorm_forward then the plain cast (LayerNorm prologue), and
 // the dgelu prologue (one tile per block) against gelu_backward then the plain cast, with ragged last tiles in both
-// directions.
+// directions; and a plain cast too wide for runs (one tile per block) against the host codec.
 #include <catch2/catch_test_macros.hpp>
 #include <cmath>
 #include <cstring>
@@ -79,6 +79,34 @@ TEST_CASE("fp8 cast: blocks streaming runs of row tiles - plain, dgelu and Layer
       if (f == Fp8Format::e4m3) CHECK(rs.saturated > 0);  // |x| > 28 (3.5 sigma)
       CHECK(colsum_mismatches(got.colsum, sum, abs_sum) == 0);
     }
+  }
+
+  SECTION("plain cast wider than half a wave of column tiles (one tile per block) against the host") {
+    // 30,000 columns: 469 column tiles, more than half of any H200 wave of the runs kernel (3 x 132 blocks), so the
+    // launcher takes the one-tile kernel; 136 rows end in a partial tile, and rows % 16 != 0 stores out_t bytewise.
+    const int64_t rows = 136, cols = 30000, n = rows * cols;
+    const auto w = round_bf16(randn(static_cast<size_t>(n), 8.0f));
+    std::vector<double> sum(cols), abs_sum(cols);
+    for (int64_t i = 0; i < n; ++i) {
+      sum[i % cols] += w[i];
+      abs_sum[i % cols] += std::fabs(w[i]);
+    }
+    std::vector<uint8_t> ref(static_cast<size_t>(n));
+    const Fp8CastStats rs = fp8_quantize(w.data(), n, scale, Fp8Format::e5m2, ref.data());
+    const Tensor d_w = upload(w, {rows, cols}, DType::bf16);
+    Tensor out = poisoned({rows, cols}, DType::e5m2), out_t = poisoned({cols, rows}, DType::e5m2);
+    Tensor stats = Tensor::zeros({4}, DType::f32, kGpu), sums = Tensor::zeros({cols}, DType::f32, kGpu);
+    Tensor d_scale = device_floats({scale});
+    kernels::fp8_cast(d_w.raw(), DType::bf16, rows, cols, out.data<uint8_t>(), out_t.data<uint8_t>(), Fp8Format::e5m2,
+                      d_scale.data<float>(),
+                      {stats.data<float>(), reinterpret_cast<unsigned long long*>(stats.data<float>() + 2),
+                       sums.data<float>()},
+                      stream);
+    CHECK(code_mismatches(download_codes(out), ref) == 0);
+    CHECK(code_mismatches(download_codes(out_t), transpose_codes(ref, rows, cols)) == 0);
+    const auto got_stats = download(stats);
+    CHECK(got_stats[0] == rs.amax);
+    CHECK(colsum_mismatches(download(sums), sum, abs_sum) == 0);
   }
 
   SECTION("dgelu prologue against gelu_backward into zeros then the plain cast") {
