@@ -71,17 +71,19 @@ constexpr bool streams_runs(bool vec) {
   return vec && (kIn == Fp8CastInput::as_is || kIn == Fp8CastInput::layernorm);
 }
 
-// Blocks per SM the registers must allow: one tile per block, 5 (51 registers), or 4 (64) with column sums or the
-// LayerNorm prologue (what the kernel took before runs); runs, 3 (85), or 2 for the LayerNorm cast and f32 input (two
-// tiles' operands held at once would spill at 85).
+// Blocks per SM the registers must allow: one tile per block on the 16-byte path, 5 (51 registers), or 4 (64) with
+// column sums or the LayerNorm prologue (what the kernel took before runs); runs, 3 (85), or 2 for the LayerNorm cast
+// and f32 input (two tiles' operands held at once would spill at 85). The scalar path (unaligned or ragged) keeps the
+// compiler's choice (64-80 registers): bounded, it would spill.
 template <typename T, Fp8CastInput kIn>
-constexpr int min_blocks(bool runs, bool colsum) {
+constexpr int min_blocks(bool vec, bool runs, bool colsum) {
+  if (!vec) return 1;
   if (!runs) return colsum || kIn == Fp8CastInput::layernorm ? 4 : 5;
   return kIn == Fp8CastInput::layernorm || sizeof(T) == 4 ? 2 : 3;
 }
 
 template <Fp8Format F, typename T, bool kVec, bool kColsum, Fp8CastInput kIn, bool kRuns = false>
-__global__ void __launch_bounds__(kThreads, min_blocks<T, kIn>(kRuns, kColsum))
+__global__ void __launch_bounds__(kThreads, min_blocks<T, kIn>(kVec, kRuns, kColsum))
     cast_transpose_kernel(const T* __restrict__ in, uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
                           int64_t rows, int64_t cols, bool vec_t, const float* __restrict__ scale_ptr,
                           Fp8CastOutputs stats, Fp8CastOperands ops) {
