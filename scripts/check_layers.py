@@ -3,7 +3,7 @@
 
 Each layer may include its own headers and those of the layers it lists, nothing else:
 
-    base     core/{check,cuda_check,dtype,launch_limits,crc32c,adamw_math,add_run}.h: checks, dtypes, limits, shared math
+    base     core/{check,cuda_check,dtype,launch_limits,crc32c,adamw_math,add_run}.h: checks, dtypes, limits, math
     kernels  raw pointers, sizes and streams (never a Tensor)
     lab      kernels/lab/: kernel variants kept for comparison; no layer includes it (tests and benchmarks do)
     core     Tensor, allocator, devices, tensor utilities (fill, add, cast: through kernels on CUDA)

@@ -56,9 +56,9 @@ class GradientReducer {
 
   // Every micro-batch: begin_micro() before its forward, end_micro() after its backward. With bf16 gradients they
   // arm the store's f32 accumulators (ParameterStore::arm_accumulators) and commit their deferred adds, unless staged
-  // (then the ops' f32 temporaries go into the gradient as before). When staged(): begin_micro() before the forward (the head writes wte's gradient there),
-  // tape.set_progress_hook(backward_hook()) before its backward, end_micro() after it, which launches the buckets
-  // still pending; otherwise the hook is empty.
+  // (then the ops' f32 temporaries go into the gradient as before). When staged(): begin_micro() before the forward
+  // (the head writes wte's gradient there), tape.set_progress_hook(backward_hook()) before its backward, end_micro()
+  // after it, which launches the buckets still pending; otherwise the hook is empty.
   void begin_micro();
   std::function<void(size_t)> backward_hook();
   void end_micro();
