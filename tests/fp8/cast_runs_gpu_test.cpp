@@ -60,11 +60,8 @@ TEST_CASE("fp8 cast: blocks streaming runs of row tiles - plain, dgelu and Layer
   const Tensor d_x = upload(x, {kRows, kCols}, DType::bf16);
 
   SECTION("plain cast: codes, transposed codes, amax, saturation and column sums against the host") {
-    std::vector<double> sum(kCols), abs_sum(kCols);
-    for (int64_t i = 0; i < kN; ++i) {
-      sum[i % kCols] += x[i];
-      abs_sum[i % kCols] += std::fabs(x[i]);
-    }
+    std::vector<double> sum, abs_sum;
+    column_sums(x, kCols, sum, abs_sum);
     for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
       INFO((f == Fp8Format::e4m3 ? "e4m3" : "e5m2"));
       std::vector<uint8_t> ref(static_cast<size_t>(kN));
@@ -86,11 +83,8 @@ TEST_CASE("fp8 cast: blocks streaming runs of row tiles - plain, dgelu and Layer
     // launcher takes the one-tile kernel; 136 rows end in a partial tile, and rows % 16 != 0 stores out_t bytewise.
     const int64_t rows = 136, cols = 30000, n = rows * cols;
     const auto w = round_bf16(randn(static_cast<size_t>(n), 8.0f));
-    std::vector<double> sum(cols), abs_sum(cols);
-    for (int64_t i = 0; i < n; ++i) {
-      sum[i % cols] += w[i];
-      abs_sum[i % cols] += std::fabs(w[i]);
-    }
+    std::vector<double> sum, abs_sum;
+    column_sums(w, cols, sum, abs_sum);
     std::vector<uint8_t> ref(static_cast<size_t>(n));
     const Fp8CastStats rs = fp8_quantize(w.data(), n, scale, Fp8Format::e5m2, ref.data());
     const Tensor d_w = upload(w, {rows, cols}, DType::bf16);
@@ -114,12 +108,8 @@ TEST_CASE("fp8 cast: blocks streaming runs of row tiles - plain, dgelu and Layer
     Tensor dx = Tensor::zeros({kRows, kCols}, DType::bf16, kGpu);
     kernels::gelu_backward(dx.data<bf16_t>(), d_pre.data<bf16_t>(), d_x.data<bf16_t>(), static_cast<size_t>(kN),
                            stream);
-    std::vector<double> sum(kCols), abs_sum(kCols);
-    const auto h_dx = download(dx);
-    for (int64_t i = 0; i < kN; ++i) {
-      sum[i % kCols] += h_dx[i];
-      abs_sum[i % kCols] += std::fabs(h_dx[i]);
-    }
+    std::vector<double> sum, abs_sum;
+    column_sums(download(dx), kCols, sum, abs_sum);
     kernels::Fp8CastOperands ops;
     ops.pre = d_pre.data<bf16_t>();
     const Cast ref = run_cast(dx.raw(), Fp8Format::e5m2, scale, true, kernels::Fp8CastInput::as_is, {});

@@ -22,16 +22,6 @@ namespace {
 
 const char* name_of(Fp8Format f) { return f == Fp8Format::e4m3 ? "e4m3" : "e5m2"; }
 
-// Column sums of a (rows, cols) matrix in double, and of its absolute values.
-void column_sums(const std::vector<float>& v, int64_t cols, std::vector<double>& sum, std::vector<double>& abs_sum) {
-  sum.assign(static_cast<size_t>(cols), 0.0);
-  abs_sum.assign(static_cast<size_t>(cols), 0.0);
-  for (size_t i = 0; i < v.size(); ++i) {
-    sum[i % cols] += v[i];
-    abs_sum[i % cols] += std::fabs(v[i]);
-  }
-}
-
 }  // namespace
 
 TEST_CASE("fp8 cast: the dgelu prologue equals gelu_backward into zeros then the cast bit for bit - ragged shapes - "

@@ -41,6 +41,17 @@ inline int64_t code_mismatches(const std::vector<uint8_t>& got, const std::vecto
   return bad;
 }
 
+// Column sums of a (rows, cols) matrix in double, and of its absolute values (colsum_mismatches' references).
+inline void column_sums(const std::vector<float>& v, int64_t cols, std::vector<double>& sum,
+                        std::vector<double>& abs_sum) {
+  sum.assign(static_cast<size_t>(cols), 0.0);
+  abs_sum.assign(static_cast<size_t>(cols), 0.0);
+  for (size_t i = 0; i < v.size(); ++i) {
+    sum[i % cols] += v[i];
+    abs_sum[i % cols] += std::fabs(v[i]);
+  }
+}
+
 // Columns whose device sum differs from prior + the double column sum by more than reordered f32
 // additions allow (1e-5 of the column's absolute sum, prior included); a NaN or infinite reference
 // must be matched as such.
