@@ -72,13 +72,13 @@ constexpr bool streams_runs(bool vec) {
 }
 
 // Blocks per SM the registers must allow: one tile per block on the 16-byte path, 5 (51 registers), or 4 (64) with
-// column sums or the LayerNorm prologue (what the kernel took before runs); runs, 3 (85), or 2 for the LayerNorm cast
-// and f32 input (two tiles' operands held at once would spill at 85). The scalar path (unaligned or ragged) keeps the
-// compiler's choice (64-80 registers): bounded, it would spill.
+// column sums, the LayerNorm prologue or f32 input (f32 spills at 51); runs, 3 (85), or 2 for the LayerNorm cast and
+// f32 input (two tiles' operands held at once would spill at 85). The scalar path (unaligned or ragged) keeps the
+// compiler's choice (56-96 registers): bounded, it would spill.
 template <typename T, Fp8CastInput kIn>
 constexpr int min_blocks(bool vec, bool runs, bool colsum) {
   if (!vec) return 1;
-  if (!runs) return colsum || kIn == Fp8CastInput::layernorm ? 4 : 5;
+  if (!runs) return colsum || kIn == Fp8CastInput::layernorm || sizeof(T) == 4 ? 4 : 5;
   return kIn == Fp8CastInput::layernorm || sizeof(T) == 4 ? 2 : 3;
 }
 

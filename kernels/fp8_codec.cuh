@@ -34,23 +34,40 @@ __device__ __forceinline__ uint32_t to_fp8x2(float a, float b) {
   return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kFp8Interp<F>);
 }
 
+// Eight values -> eight codes (v[j] in byte j % 4 of word j / 4) as the paired conversion gives them: to_fp8<F>(v[j])
+// except where v[j] is NaN (the conversion keeps its sign and payload bits; fix_nan_codes replaces them).
+template <Fp8Format F>
+__device__ __forceinline__ void to_fp8x8_raw(const float (&v)[8], uint32_t (&w)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    w[h] = to_fp8x2<F>(v[4 * h], v[4 * h + 1]) | to_fp8x2<F>(v[4 * h + 2], v[4 * h + 3]) << 16;
+}
+
+// The host codec's NaN code wherever v[j] is NaN (w from to_fp8x8_raw).
+template <Fp8Format F>
+__device__ __forceinline__ void fix_nan_codes(const float (&v)[8], uint32_t (&w)[2]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    if (isnan(v[j])) w[j / 4] = (w[j / 4] & ~(0xFFu << 8 * (j % 4))) | kNanCode<F> << 8 * (j % 4);
+}
+
+// Whether a code of the four in w has a magnitude at or above F's largest finite one (0x7E, 0x7B): the codes of every
+// value the saturating conversion clamped (|v| > the largest finite value), of every NaN, and of values just below the
+// largest finite value. Per byte, (magnitude + 0x80 - largest) reaches bit 7 exactly then, without carrying out.
+template <Fp8Format F>
+__device__ __forceinline__ uint32_t top_codes(uint32_t w) {
+  constexpr uint32_t kLargest = F == Fp8Format::e4m3 ? 0x7E : 0x7B;
+  return ((w & 0x7F7F7F7Fu) + (0x80u - kLargest) * 0x01010101u) & 0x80808080u;
+}
+
 // Eight values -> eight codes (v[j] in byte j % 4 of word j / 4), each bit-exactly to_fp8<F>(v[j]): the
-// paired conversion, then the canonical NaN code where the conversion kept another (rare).
+// paired conversion, then the canonical NaN code where the conversion kept another (rare: only when a code is
+// at the top of the range, which every NaN code is).
 template <Fp8Format F>
 __device__ __forceinline__ uint2 to_fp8x8(const float (&v)[8]) {
   uint32_t w[2];
-  bool any_nan = false;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    w[h] = to_fp8x2<F>(v[4 * h], v[4 * h + 1]) | to_fp8x2<F>(v[4 * h + 2], v[4 * h + 3]) << 16;
-#pragma unroll
-    for (int j = 4 * h; j < 4 * h + 4; ++j) any_nan |= isnan(v[j]);
-  }
-  if (any_nan) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      if (isnan(v[j])) w[j / 4] = (w[j / 4] & ~(0xFFu << 8 * (j % 4))) | kNanCode<F> << 8 * (j % 4);
-  }
+  to_fp8x8_raw<F>(v, w);
+  if (top_codes<F>(w[0]) | top_codes<F>(w[1])) fix_nan_codes<F>(v, w);
   return {w[0], w[1]};
 }
 

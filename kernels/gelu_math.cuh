@@ -18,21 +18,41 @@ inline constexpr float kGeluCubic = 0.044715f;
 // div.approx add a few ulp), far below bf16's rounding. The arithmetic is spelled with _rn intrinsics,
 // which the compiler may not contract or reassociate, so every kernel that inlines it computes the same
 // bits (plain f32 * and + leave fma contraction to each call site). gelu(+0) = +0 / 2 = +0, so zero padding
-// stays zero; gelu(+inf) = +inf, and gelu(-inf) is what the fast divide makes of -inf / inf, the same in
-// every kernel that inlines it.
+// stays zero; gelu(+inf) = +inf, and gelu(-inf) = -inf * (1 / inf) = -inf * 0 = NaN, the same in every
+// kernel that inlines it.
 __device__ __forceinline__ float gelu_2u(float x) {
   return __fmul_rn(2.0f * kGeluScale, __fmaf_rn(__fmul_rn(__fmul_rn(kGeluCubic, x), x), x, x));
 }
-// sigmoid(2u) = 1 / (1 + exp(-2u)): the one reciprocal gelu and gelu_grad share (a kernel computing both computes it
-// once). x * (1 / y) is how div.approx forms x / y (outside |y| in [2^126, 2^128], where div.approx gives 0).
-__device__ __forceinline__ float gelu_sigmoid(float x) { return __fdividef(1.0f, __fadd_rn(1.0f, __expf(-gelu_2u(x)))); }
-__device__ __forceinline__ float gelu(float x) { return __fmul_rn(x, gelu_sigmoid(x)); }
+// 2^t and 1 / y on the special function unit with subnormal results flushed to zero. __expf and __fdividef
+// compile to the forms that keep subnormal results (ex2.approx.f32, div.approx.f32), which wrap their MUFU
+// instruction in a range test and predicated rescaling; the FP8 casts with a GELU prologue are bound by their
+// instruction issue (Nsight Compute, docs/perf-notes.md), so every instruction per element counts. GELU never needs
+// those results:
+// exp(-2u) is subnormal only where 1 + exp(-2u) rounds to 1 anyway (and gelu' adds x v' s e, < 1e-35, to s = 1),
+// and 1 / (1 + exp(-2u)) only for x below about -10.8, where gelu is ~1e-37 and becomes 0 (-0 for x < 0) here. For
+// every normal result both forms give the same bits (the same MUFU.EX2 / MUFU.RCP, and 1 * r = r).
+__device__ __forceinline__ float ex2_ftz(float t) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(t));
+  return r;
+}
+__device__ __forceinline__ float rcp_ftz(float y) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+  return r;
+}
+// exp(-2u) as __expf computes it (the f32 product with log2(e) rounded to f32, then 2^t), flushed as above.
+__device__ __forceinline__ float gelu_exp(float x) { return ex2_ftz(__fmul_rn(-gelu_2u(x), 0x1.715476p+0f)); }
+// sigmoid(2u) = 1 / (1 + exp(-2u)) from e = exp(-2u): the one reciprocal gelu and gelu_grad share (a kernel computing
+// both computes it once).
+__device__ __forceinline__ float gelu_sigmoid_of(float e) { return rcp_ftz(__fadd_rn(1.0f, e)); }
+__device__ __forceinline__ float gelu(float x) { return __fmul_rn(x, gelu_sigmoid_of(gelu_exp(x))); }
 
 // d gelu / dx = s + x s (1 - s) d(2u)/dx, s = sigmoid(2u), with 1 - s taken as e s (e = exp(-2u)) where
 // e < 1, so neither end cancels. Same intrinsics discipline as gelu(). gelu'(+inf) is NaN (inf * 0).
 __device__ __forceinline__ float gelu_grad(float x) {
-  const float e = __expf(-gelu_2u(x));
-  const float s = gelu_sigmoid(x);
+  const float e = gelu_exp(x);
+  const float s = gelu_sigmoid_of(e);
   const float one_minus_s = e < 1.0f ? __fmul_rn(e, s) : __fsub_rn(1.0f, s);
   const float dv = __fmul_rn(2.0f * kGeluScale, __fmaf_rn(__fmul_rn(3.0f * kGeluCubic, x), x, 1.0f));  // d(2u)/dx
   return __fmaf_rn(__fmul_rn(x, dv), __fmul_rn(s, one_minus_s), s);
