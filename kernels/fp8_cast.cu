@@ -74,9 +74,9 @@ constexpr bool streams_runs(bool vec) {
 // Blocks per SM the registers must allow: one tile per block on the 16-byte path, 6 (40 registers, no spills) for the
 // plain and GELU casts (tokens/s within the spread of 5's: docs/perf-notes.md, twenty-fourth session), 5 (51) for the
 // dgelu casts without column sums (they spill at 40), or 4 (64) with column sums, the LayerNorm prologue or f32 input
-// (f32 spills at 51);
-// runs, 3 (85), or 2 for the LayerNorm cast and f32 input (two tiles' operands held at once would spill at 85). The
-// scalar path (unaligned or ragged) keeps the compiler's choice (56-96 registers): bounded, it would spill.
+// (f32 spills at 51); runs, 3 (85), or 2 for the LayerNorm cast and f32 input (two tiles' operands held at once would
+// spill at 85). The scalar path (unaligned or ragged) keeps the compiler's choice (56-96 registers): bounded, it would
+// spill.
 template <typename T, Fp8CastInput kIn>
 constexpr int min_blocks(bool vec, bool runs, bool colsum) {
   if (!vec) return 1;
