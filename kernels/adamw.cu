@@ -179,16 +179,28 @@ struct Lane4Loads {
 
 // The same update, bit for bit, with lane l holding elements 4l .. 4l + 3 of its warp's block: one 16-, 8- or
 // 4-byte access per buffer where adamw_kernel makes four of one element each (needs vector4_aligned buffers).
-// A warp's blocks rise, so its segment cursor only moves forward. The next block's loads (Lane4Loads) and scale
-// are issued before this block's update, so a warp has two blocks' reads in flight instead of one.
+// A warp takes runs of kRun consecutive blocks, the runs of all warps interleaved over the range (run r of warp w is
+// the range's run r * warps + w), so its blocks rise and it searches the segments only where it crosses one (a
+// grid-stride loop over single blocks jumped a segment or more per block; its binary search, dependent loads and
+// per-element reloads of the segment were ~15% of the kernel's instructions in Nsight Compute's per-instruction
+// counts, docs/perf-notes.md).
+// The fp32 state keeps runs of one block (the grid-stride order): its kernel moves 30 bytes per element and is
+// bound by memory, and runs would take it past 64 registers (3 blocks per SM instead of 4). The next block's loads
+// (Lane4Loads) and scale are issued before this block's update, so a warp has two blocks' reads in flight, not one.
+template <StateDtype S>
+constexpr int64_t kRun = S == StateDtype::fp32 ? 1 : 8;
 template <class G, StateDtype S>
 __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x / kWarp);
   const int64_t blocks = (b.n + kMomentBlock - 1) / kMomentBlock;
   const G* grads = static_cast<const G*>(b.grads);
+  const int64_t warp_id = int64_t{blockIdx.x} * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  // The warp's k-th block (increasing in k).
+  constexpr int64_t kR = kRun<S>;
+  const auto block_at = [&](int64_t k) { return ((k / kR) * warps + warp_id) * kR + k % kR; };
   int s = 0;
-  const int64_t first = int64_t{blockIdx.x} * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  int64_t seg_end = b.segments[0].end;  // segment s's end, in a register
   // The warp's next block: its lane's loads when all four elements are inside (`full`), and its scale.
   Lane4Loads<G, S> next;
   bool next_full = false;
@@ -200,13 +212,13 @@ __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
     // Read by every lane a step before lane 0 rewrites it (each block has one warp).
     next_scale = S == StateDtype::fp8 && blk < blocks ? b.m_scale[blk] : 0.0f;
   };
-  prefetch(first);
-  for (int64_t blk = first; blk < blocks; blk += warps) {
+  prefetch(block_at(0));
+  for (int64_t k = 0, blk = block_at(0); blk < blocks; blk = block_at(++k)) {
     const int64_t i0 = blk * kMomentBlock + 4 * lane;
     const Lane4Loads<G, S> cur = next;
     const bool full = next_full;
     const float scale = next_scale;
-    prefetch(blk + warps);
+    prefetch(block_at(k + 1));
     float p[4] = {}, g[4] = {}, m[4] = {}, v[4] = {};
     if (full) {
       cur.decode(scale, p, g, m, v);
@@ -220,21 +232,25 @@ __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
         moments_at<S>(b, i, scale, m[t], v[t]);
       }
     }
-    if (i0 < b.n && b.segments[s].end <= i0) s = segment_of(b.segments + s, b.num_segments - s, i0) + s;
-    // All four elements go to one aligned run of the compute copy: stored as one vector below.
-    const AdamWSegment& seg0 = b.segments[s];
+    if (i0 < b.n && seg_end <= i0) {
+      s = segment_of(b.segments + s, b.num_segments - s, i0) + s;
+      seg_end = b.segments[s].end;
+    }
+    // All four elements go to one aligned run of the compute copy: stored as one vector below. A copy, so that the
+    // stores into the compute copy do not make the compiler read the segment again.
+    const AdamWSegment seg0 = b.segments[s];
     const bool one_segment = full && i0 + 4 <= seg0.end;
     const bool whole = one_segment && (seg0.compute + (i0 - seg0.begin)) % 4 == 0;
     float amax = 0.0f;
     uint16_t copy[4] = {};
-    auto update = [&](int t, const AdamWSegment& seg) {
-      const AdamWElement e = adamw_element(p[t], g[t], m[t], v[t], seg.weight_decay, h);
+    auto update = [&](int t, const AdamWSegment& sg) {
+      const AdamWElement e = adamw_element(p[t], g[t], m[t], v[t], sg.weight_decay, h);
       p[t] = e.param;
       m[t] = e.m;
       v[t] = e.v;
       amax = fmaxf(amax, fabsf(e.m));
       copy[t] = __bfloat16_as_ushort(__float2bfloat16_rn(e.param));
-      if (b.params_bf16 && seg.compute >= 0 && !whole) b.params_bf16[seg.compute + (i0 + t - seg.begin)] = copy[t];
+      if (b.params_bf16 && sg.compute >= 0 && !whole) b.params_bf16[sg.compute + (i0 + t - sg.begin)] = copy[t];
     };
     if (one_segment) {  // nearly every lane: no bounds or segment checks per element (the kernel is issue-bound)
 #pragma unroll
@@ -246,6 +262,7 @@ __global__ void adamw_vec4_kernel(AdamWBuffers b, AdamWHyper h) {
         while (b.segments[s].end <= i0 + t) ++s;
         update(t, b.segments[s]);
       }
+      seg_end = b.segments[s].end;
     }
     const float new_inv = new_block_inv_scale<S>(b, blk, amax, lane);  // blk is warp-uniform
     uint16_t m16[4] = {}, v16[4] = {};
