@@ -51,13 +51,11 @@ __device__ __forceinline__ void fix_nan_codes(const float (&v)[8], uint32_t (&w)
     if (isnan(v[j])) w[j / 4] = (w[j / 4] & ~(0xFFu << 8 * (j % 4))) | kNanCode<F> << 8 * (j % 4);
 }
 
-// Whether a code of the four in w has a magnitude at or above F's largest finite one (0x7E, 0x7B): the codes of every
-// value the saturating conversion clamped (|v| > the largest finite value), of every NaN, and of values just below the
-// largest finite value. Per byte, (magnitude + 0x80 - largest) reaches bit 7 exactly then, without carrying out.
+// fp8_top_codes (core/dtype.h) in format F: nonzero when a code of the four in w is at the top of the range (every
+// NaN code and every clamped value's).
 template <Fp8Format F>
 __device__ __forceinline__ uint32_t top_codes(uint32_t w) {
-  constexpr uint32_t kLargest = F == Fp8Format::e4m3 ? 0x7E : 0x7B;
-  return ((w & 0x7F7F7F7Fu) + (0x80u - kLargest) * 0x01010101u) & 0x80808080u;
+  return fp8_top_codes(w, F);
 }
 
 // Eight values -> eight codes (v[j] in byte j % 4 of word j / 4), each bit-exactly to_fp8<F>(v[j]): the

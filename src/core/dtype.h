@@ -36,6 +36,15 @@ enum class Fp8Format : uint8_t { e4m3, e5m2 };
 constexpr float fp8_max(Fp8Format f) { return f == Fp8Format::e4m3 ? 448.0f : 57344.0f; }
 uint8_t float_to_fp8(float x, Fp8Format f);  // round-to-nearest-even, saturating, NaN -> NaN
 float fp8_to_float(uint8_t code, Fp8Format f);
+// Bit 7 of each byte of w (four FP8 codes) whose magnitude is at or above the format's largest finite code (E4M3
+// 0x7E, E5M2 0x7B), every other bit clear: per byte, magnitude + (0x80 - largest) reaches bit 7 exactly then and never
+// carries into the next byte. A saturating cast gives such a code to every value it clamps (|x| > max) and to every
+// NaN, so the FP8 cast kernels take their exact per-element statistics only for groups with one
+// (kernels/fp8_cast_common.cuh); values that round to +-max without clamping take it too.
+constexpr uint32_t fp8_top_codes(uint32_t w, Fp8Format f) {
+  const uint32_t largest = f == Fp8Format::e4m3 ? 0x7Eu : 0x7Bu;
+  return ((w & 0x7F7F7F7Fu) + (0x80u - largest) * 0x01010101u) & 0x80808080u;
+}
 inline Fp8Format fp8_format_of(DType t) { return t == DType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2; }
 inline bool is_fp8_dtype(DType t) { return t == DType::e4m3 || t == DType::e5m2; }
 
