@@ -87,7 +87,7 @@ struct ThreadStats {
 // Eight values -> eight codes (x[j] in byte j % 4 of word j / 4), each bit-exactly to_fp8<F>(x[j] *
 // scale), with their statistics. A zero adds nothing to the statistics (also when scale is inf or NaN:
 // a NaN product is not counted as saturated), so tiles pad with zeros. The statistics take the exact per-element
-// path (ThreadStats::add, and the NaN codes fixed) only for a group with a code at the top of the range (top_codes):
+// path (ThreadStats::add, and the NaN codes fixed) only for a group with a code at the top of the range (any_top_code):
 // every saturated product and every NaN product (a NaN x, or 0 * inf) has one. Otherwise nothing saturated and every
 // x is a number, so the group adds only its largest |x|, whose bits are the largest of the |x|'s bits.
 template <Fp8Format F>
@@ -97,7 +97,7 @@ __device__ __forceinline__ uint2 convert8(const float (&x)[8], float scale, Thre
   for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(x[j], scale);  // the f32 product, as the host codec takes it
   uint32_t w[2];
   to_fp8x8_raw<F>(v, w);
-  if (top_codes<F>(w[0]) | top_codes<F>(w[1])) {
+  if (any_top_code<F>(w)) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) st.add(x[j], v[j], fp8_max(F));
     fix_nan_codes<F>(v, w);

@@ -51,11 +51,11 @@ __device__ __forceinline__ void fix_nan_codes(const float (&v)[8], uint32_t (&w)
     if (isnan(v[j])) w[j / 4] = (w[j / 4] & ~(0xFFu << 8 * (j % 4))) | kNanCode<F> << 8 * (j % 4);
 }
 
-// fp8_top_codes (core/dtype.h) in format F: nonzero when a code of the four in w is at the top of the range (every
-// NaN code and every clamped value's).
+// Whether a code of the eight in w (to_fp8x8_raw's) is at the top of F's range (fp8_top_codes, core/dtype.h): every
+// NaN code and every clamped value's are.
 template <Fp8Format F>
-__device__ __forceinline__ uint32_t top_codes(uint32_t w) {
-  return fp8_top_codes(w, F);
+__device__ __forceinline__ bool any_top_code(const uint32_t (&w)[2]) {
+  return (fp8_top_codes(w[0], F) | fp8_top_codes(w[1], F)) != 0;
 }
 
 // Eight values -> eight codes (v[j] in byte j % 4 of word j / 4), each bit-exactly to_fp8<F>(v[j]): the
@@ -65,7 +65,7 @@ template <Fp8Format F>
 __device__ __forceinline__ uint2 to_fp8x8(const float (&v)[8]) {
   uint32_t w[2];
   to_fp8x8_raw<F>(v, w);
-  if (top_codes<F>(w[0]) | top_codes<F>(w[1])) fix_nan_codes<F>(v, w);
+  if (any_top_code<F>(w)) fix_nan_codes<F>(v, w);
   return {w[0], w[1]};
 }
 

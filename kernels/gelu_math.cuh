@@ -27,10 +27,9 @@ __device__ __forceinline__ float gelu_2u(float x) {
 // compile to the forms that keep subnormal results (ex2.approx.f32, div.approx.f32), which wrap their MUFU
 // instruction in a range test and predicated rescaling; the FP8 casts with a GELU prologue are bound by their
 // instruction issue (Nsight Compute, docs/perf-notes.md), so every instruction per element counts. GELU never needs
-// those results:
-// exp(-2u) is subnormal only where 1 + exp(-2u) rounds to 1 anyway (and gelu' adds x v' s e, < 1e-35, to s = 1),
-// and 1 / (1 + exp(-2u)) only for x below about -10.8, where gelu is ~1e-37 and becomes 0 (-0 for x < 0) here. For
-// every normal result both forms give the same bits (the same MUFU.EX2 / MUFU.RCP, and 1 * r = r).
+// those results: exp(-2u) is subnormal only where 1 + exp(-2u) rounds to 1 anyway (and gelu' adds x v' s e, < 1e-35,
+// to s = 1), and 1 / (1 + exp(-2u)) only for x below about -10.8, where gelu is ~1e-37 and becomes 0 (-0 for x < 0)
+// here. For every normal result both forms give the same bits (the same MUFU.EX2 / MUFU.RCP, and 1 * r = r).
 __device__ __forceinline__ float ex2_ftz(float t) {
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(t));
