@@ -148,8 +148,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // dQ (64 queries, 64 channels) = dS K: A = dS (queries, keys) read from dS^T (MN-major), B = K (keys,
     // channels): MN-major.
     fence_async_shared();  // this thread's dS^T stores, visible to wgmma
-    // tiles: the previous step's reduction has read sdQ before the barrier below lets anyone rewrite it.
-    if (kTiles && threadIdx.x == 0) bulk_wait_read();
     __syncthreads();       // every warp's dS^T rows are in place
     float dqa[8][4];
     wgmma_fence();
@@ -164,16 +162,21 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
     if constexpr (kTiles) {
       // Fragment order: the pair (row 16 w + g + 8 r, columns 8 j + 2 t, + 1) at ((w * 8 + j) * 2 + r) * 64 + 2 lane,
-      // so each warp's store is 256 contiguous bytes. Query rows past T hold dS = 0, hence zeros.
+      // so each warp's store is 256 contiguous bytes and its 16 rows one 4 KB quarter of the tile, which the warp
+      // adds by its own bulk reduction: no block barrier. Query rows past T hold dS = 0, hence zeros.
+      float* warp_dq = sdQ + blk.warp * 1024;
+      if (blk.lane == 0) bulk_wait_read();  // the warp's previous reduction has read its quarter
+      __syncwarp();
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
         for (int r = 0; r < 2; ++r)
-          *reinterpret_cast<float2*>(sdQ + ((blk.warp * 8 + j) * 2 + r) * 64 + 2 * blk.lane) =
+          *reinterpret_cast<float2*>(warp_dq + (j * 2 + r) * 64 + 2 * blk.lane) =
               make_float2(dqa[j][2 * r], dqa[j][2 * r + 1]);
-      fence_async_shared();
-      __syncthreads();
-      if (threadIdx.x == 0) bulk_reduce_add(dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096, sdQ, kDqTileBytes);
+      fence_async_shared();  // this thread's stores, visible to the bulk copy engine
+      __syncwarp();
+      if (blk.lane == 0)
+        bulk_reduce_add(dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + blk.warp * 1024, warp_dq, kDqTileBytes / 4);
     } else {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -191,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   }
 
-  if (kTiles && threadIdx.x == 0) bulk_wait_all();  // shared memory must outlive the last reduction's read
+  if (kTiles && blk.lane == 0) bulk_wait_all();  // shared memory must outlive each warp's last reduction's read
 
   // dK (scaled) and dV added into dqkv (written over it unless `accumulate`): rows key_lo + g (+ 8), channels
   // 8 j + 2 t (+ 1).

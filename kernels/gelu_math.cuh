@@ -4,6 +4,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "kernels/fast_math.cuh"
+
 namespace fp8t::kernels {
 
 inline constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
@@ -23,24 +25,10 @@ inline constexpr float kGeluCubic = 0.044715f;
 __device__ __forceinline__ float gelu_2u(float x) {
   return __fmul_rn(2.0f * kGeluScale, __fmaf_rn(__fmul_rn(__fmul_rn(kGeluCubic, x), x), x, x));
 }
-// 2^t and 1 / y on the special function unit with subnormal results flushed to zero. __expf and __fdividef
-// compile to the forms that keep subnormal results (ex2.approx.f32, div.approx.f32), which wrap their MUFU
-// instruction in a range test and predicated rescaling; the FP8 casts with a GELU prologue are bound by their
-// instruction issue (Nsight Compute, docs/perf-notes.md), so every instruction per element counts. GELU never needs
+// exp(-2u) and the reciprocal below come from kernels/fast_math.cuh (subnormal results flushed). GELU never needs
 // those results: exp(-2u) is subnormal only where 1 + exp(-2u) rounds to 1 anyway (and gelu' adds x v' s e, < 1e-35,
 // to s = 1), and 1 / (1 + exp(-2u)) only for x below about -10.8, where gelu is ~1e-37 and becomes 0 (-0 for x < 0)
-// here. For every normal result both forms give the same bits (the same MUFU.EX2 / MUFU.RCP, and 1 * r = r).
-__device__ __forceinline__ float ex2_ftz(float t) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(t));
-  return r;
-}
-__device__ __forceinline__ float rcp_ftz(float y) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
-  return r;
-}
-// exp(-2u) as __expf computes it (the f32 product with log2(e) rounded to f32, then 2^t), flushed as above.
+// here. exp(-2u) as __expf computes it (the f32 product with log2(e) rounded to f32, then 2^t), flushed.
 __device__ __forceinline__ float gelu_exp(float x) { return ex2_ftz(__fmul_rn(-gelu_2u(x), 0x1.715476p+0f)); }
 // sigmoid(2u) = 1 / (1 + exp(-2u)) from e = exp(-2u): the one reciprocal gelu and gelu_grad share (a kernel computing
 // both computes it once).
