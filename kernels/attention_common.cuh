@@ -142,6 +142,61 @@ __device__ __forceinline__ void backward_p_ds(const float (&s)[N8][4], const flo
   }
 }
 
+// The same in two halves, so that an MMA can run between them: backward_p turns the scores s into P in place (f32)
+// and into pa; backward_ds then makes dS from that P and dp.
+template <int N8>
+__device__ __forceinline__ void backward_p(float (&s)[N8][4], const float* lse2, float sl2, bool diagonal, int q0,
+                                           int key_lo, int g, int t, uint32_t (&pa)[N8 / 2][4]) {
+#pragma unroll
+  for (int j = 0; j < N8; ++j) {
+    const float2 lq = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[j][e] = ex2_ftz(fmaf(s[j][e], sl2, -((e & 1) ? lq.y : lq.x)));
+      if (diagonal && q0 + 8 * j + 2 * t + (e & 1) < key_lo + g + 8 * (e >> 1)) s[j][e] = 0.0f;
+    }
+    pa[j / 2][(j & 1) * 2] = pack_bf16(s[j][0], s[j][1]);
+    pa[j / 2][(j & 1) * 2 + 1] = pack_bf16(s[j][2], s[j][3]);
+  }
+}
+template <int N8, typename StoreDs>
+__device__ __forceinline__ void backward_ds(const float (&p)[N8][4], const float (&dp)[N8][4], const float* delta,
+                                            int t, uint32_t (&dsa)[N8 / 2][4], StoreDs store_ds) {
+#pragma unroll
+  for (int j = 0; j < N8; ++j) {
+    const float2 dq = *reinterpret_cast<const float2*>(delta + 8 * j + 2 * t);
+    float ds[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) ds[e] = p[j][e] * (dp[j][e] - ((e & 1) ? dq.y : dq.x));
+    dsa[j / 2][(j & 1) * 2] = pack_bf16(ds[0], ds[1]);
+    dsa[j / 2][(j & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
+    store_ds(j, dsa[j / 2][(j & 1) * 2], dsa[j / 2][(j & 1) * 2 + 1]);
+  }
+}
+
+// backward_ds from P^T as pa holds it (bf16), so that s is free once pa is made.
+template <int N8, typename StoreDs>
+__device__ __forceinline__ void backward_ds_bf16p(const uint32_t (&pa)[N8 / 2][4], const float (&dp)[N8][4],
+                                                  const float* delta, int t, uint32_t (&dsa)[N8 / 2][4],
+                                                  StoreDs store_ds) {
+#pragma unroll
+  for (int j = 0; j < N8; ++j) {
+    const float2 dq = *reinterpret_cast<const float2*>(delta + 8 * j + 2 * t);
+    float p[4], ds[4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t w = pa[j / 2][(j & 1) * 2 + h];
+      p[2 * h] = __uint_as_float(w << 16);
+      p[2 * h + 1] = __uint_as_float(w & 0xffff0000u);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) ds[e] = p[e] * (dp[j][e] - ((e & 1) ? dq.y : dq.x));
+    dsa[j / 2][(j & 1) * 2] = pack_bf16(ds[0], ds[1]);
+    dsa[j / 2][(j & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
+    store_ds(j, dsa[j / 2][(j & 1) * 2], dsa[j / 2][(j & 1) * 2 + 1]);
+  }
+}
+
 // Block order of the backward. Before, blocks ran key block by key block over all B*NH heads, so the ~400 in
 // flight touched every head and each head's Q, dO and dq_accum rows left L2 between its key blocks. Now the
 // key blocks form bands, each taking half of the key blocks still left (later bands hold lighter blocks, so

@@ -18,6 +18,14 @@
 namespace fp8t::kernels {
 namespace {
 
+// How a query step orders its MMAs and arithmetic within the warpgroup:
+//   joint:        S^T and dP^T in one group; P^T and dS^T made together once both are done
+//   p_during_dp:  S^T's group first; P^T (f32) made while dP^T runs, then dS^T
+//   dv_during_ds: as p_during_dp, then dV += P^T dO issued before dS^T is made, from P^T rounded to bf16 (the
+//                 f32 P^T would not fit the register budget beside dV's MMAs in flight: ptxas serialized them)
+enum class StepOrder : uint8_t { joint, p_during_dp, dv_during_ds };
+inline constexpr StepOrder kProductOrder = StepOrder::p_during_dp;
+
 // sK, sV, 2 x sQ, 2 x sdO, sdS^T, then 2 x lse and 2 x delta (f32); +1024 to align the tiles to 1024 bytes;
 // with the tiled dQ layout, a 64 x 64 f32 dQ tile after them.
 constexpr int kSmemBytes = 7 * kTileBytes + 4 * kRows * 4 + 1024, kDqTileBytes = 64 * 64 * 4;
@@ -29,7 +37,7 @@ constexpr int smem_bytes(DqLayout layout) { return kSmemBytes + (layout == DqLay
 // into rows, or through the dQ tile in shared memory, added by one bulk asynchronous reduction
 // (cp.reduce.async.bulk) into dq_accum's 64 x 64 tile of (b*h, query block). kCodes: qkv is read from E4M3 codes
 // with a scale per row (AttentionQkv), dequantized into the same tiles as they load (through registers).
-template <int kMinBlocks, DqLayout kLayout, bool kCodes>
+template <int kMinBlocks, DqLayout kLayout, bool kCodes, StepOrder kOrder>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     attention_backward_wgmma_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
                                     AttentionQkv qkv, const float* lse, int BH, int T, int NH, int group, float scale,
@@ -107,31 +115,59 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     const uint64_t desc_q = sw128_desc(sQ + st * kTileBytes), desc_do = sw128_desc(sdO + st * kTileBytes);
 
-    // S^T = K Q^T, dP^T = V dO^T: (64 keys, 64 queries), K = the 64 channels.
+    // S^T = K Q^T and dP^T = V dO^T: (64 keys, 64 queries), K = the 64 channels; in one group (joint) or S^T's
+    // group first.
     float s[8][4], dp[8][4];
+    uint32_t pa[4][4], dsa[4][4];  // P^T, dS^T as A fragments (k = queries)
+    const float* lse2 = sLse + st * kRows;
+    const float* delta_q = sDelta + st * kRows;
+    const bool diagonal = qb == blk.kb;  // masked on this step only (queries precede keys; every key past T)
+    // dS^T row = key (warp * 16 + g, + 8), columns 8 j + 2 t: chunk j of the row, swizzled, into sdSt for dQ.
+    auto store_ds = [&](int j, uint32_t lo, uint32_t hi) {
+      const int r0 = blk.warp * 16 + blk.g;
+      *reinterpret_cast<uint32_t*>(sdSt + r0 * 128 + ((j ^ (r0 & 7)) << 4) + 4 * blk.t) = lo;
+      *reinterpret_cast<uint32_t*>(sdSt + (r0 + 8) * 128 + ((j ^ ((r0 + 8) & 7)) << 4) + 4 * blk.t) = hi;
+    };
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kHs / 16; ++kk) {
       wgmma_ss<0, 0>(s, desc_k + kk * kKStep, desc_q + kk * kKStep, kk > 0);
-      wgmma_ss<0, 0>(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
+      if constexpr (kOrder == StepOrder::joint) wgmma_ss<0, 0>(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
+    }
+    if constexpr (kOrder != StepOrder::joint) {
+      wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < kHs / 16; ++kk) wgmma_ss<0, 0>(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_settle(s);
-    wgmma_settle(dp);
 
-    // P^T, dS^T as A fragments (k = queries); dS^T also into sdSt. Masked on the diagonal step only (the one
-    // where queries precede keys; it also holds every key past T).
-    uint32_t pa[4][4], dsa[4][4];
-    backward_p_ds(s, dp, sLse + st * kRows, sDelta + st * kRows, sl2, qb == blk.kb, q0, blk.key_lo, blk.g, blk.t, pa,
-                  dsa, [&](int j, uint32_t lo, uint32_t hi) {
-                    // dS^T row = key (warp * 16 + g, + 8), columns 8 j + 2 t: chunk j of the row, swizzled.
-                    const int r0 = blk.warp * 16 + blk.g;
-                    *reinterpret_cast<uint32_t*>(sdSt + r0 * 128 + ((j ^ (r0 & 7)) << 4) + 4 * blk.t) = lo;
-                    *reinterpret_cast<uint32_t*>(sdSt + (r0 + 8) * 128 + ((j ^ ((r0 + 8) & 7)) << 4) + 4 * blk.t) =
-                        hi;
-                  });
-    // dV += P^T dO, dK += dS^T Q (K = queries; dO and Q are (queries, channels): MN-major B).
+    if constexpr (kOrder == StepOrder::joint) {
+      wgmma_wait<0>();
+      wgmma_settle(s);
+      wgmma_settle(dp);
+      backward_p_ds(s, dp, lse2, delta_q, sl2, diagonal, q0, blk.key_lo, blk.g, blk.t, pa, dsa, store_ds);
+    } else if constexpr (kOrder == StepOrder::p_during_dp) {
+      wgmma_wait<1>();
+      wgmma_settle(s);
+      backward_p(s, lse2, sl2, diagonal, q0, blk.key_lo, blk.g, blk.t, pa);  // P in s (f32) and pa
+      wgmma_wait<0>();
+      wgmma_settle(dp);
+      backward_ds(s, dp, delta_q, blk.t, dsa, store_ds);
+    } else {  // dv_during_ds: P in pa only (bf16); dV's MMAs issued before dS is made from that P
+      wgmma_wait<1>();
+      wgmma_settle(s);
+      backward_p(s, lse2, sl2, diagonal, q0, blk.key_lo, blk.g, blk.t, pa);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma_settle(pa[kk]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kRows / 16; ++kk) wgmma_rs<1>(dv, pa[kk], desc_do + kk * kMnStep);
+      wgmma_commit();
+      wgmma_wait<1>();
+      wgmma_settle(dp);
+      backward_ds_bf16p(pa, dp, delta_q, blk.t, dsa, store_ds);
+    }
+    // dV += P^T dO (unless issued above), dK += dS^T Q (K = queries; dO and Q are (queries, channels): MN-major B).
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       wgmma_settle(pa[kk]);
@@ -140,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kRows / 16; ++kk) {
-      wgmma_rs<1>(dv, pa[kk], desc_do + kk * kMnStep);
+      if constexpr (kOrder != StepOrder::dv_during_ds) wgmma_rs<1>(dv, pa[kk], desc_do + kk * kMnStep);
       wgmma_rs<1>(dk, dsa[kk], desc_q + kk * kMnStep);
     }
     wgmma_commit();
@@ -218,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
 #else  // not sm_90a: never launched (attention_wgmma_available() is false)
 
-template <int kMinBlocks, DqLayout kLayout, bool kCodes>
+template <int kMinBlocks, DqLayout kLayout, bool kCodes, StepOrder kOrder>
 __global__ void attention_backward_wgmma_kernel(bf16*, float*, const float*, const bf16*, AttentionQkv, const float*,
                                                 int, int, int, int, float, bool) {
   __trap();
@@ -226,12 +262,12 @@ __global__ void attention_backward_wgmma_kernel(bf16*, float*, const float*, con
 
 #endif
 
-template <int kMinBlocks, DqLayout kLayout, bool kCodes = false>
+template <int kMinBlocks, DqLayout kLayout, bool kCodes = false, StepOrder kOrder = kProductOrder>
 void launch_backward_wgmma(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const AttentionQkv& qkv,
                            const float* lse, int B, int T, int NH, float scale, cudaStream_t stream,
                            bool accumulate = true) {
   FP8T_CHECK((qkv.e4m3 != nullptr) == kCodes, "launch_backward_wgmma: qkv's form does not match the kernel");
-  auto* kernel = attention_backward_wgmma_kernel<kMinBlocks, kLayout, kCodes>;
+  auto* kernel = attention_backward_wgmma_kernel<kMinBlocks, kLayout, kCodes, kOrder>;
   static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
   const int slots = resident.get([kernel] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(kLayout)));

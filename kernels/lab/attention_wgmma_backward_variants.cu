@@ -10,6 +10,8 @@ const char* variant_name(WgmmaBackwardVariant variant) {
     case WgmmaBackwardVariant::atomic_dq_2_blocks: return "atomic dQ, 2 blocks/SM";
     case WgmmaBackwardVariant::atomic_dq_3_blocks: return "atomic dQ, 3 blocks/SM";
     case WgmmaBackwardVariant::tiled_dq_2_blocks: return "tiled dQ, 2 blocks/SM";
+    case WgmmaBackwardVariant::joint_step: return "joint S and dP group";
+    case WgmmaBackwardVariant::dv_during_ds: return "dV during dS (bf16 P)";
   }
   return "?";
 }
@@ -23,7 +25,9 @@ void attention_backward_wgmma(WgmmaBackwardVariant variant, bf16* dqkv, float* d
   FP8T_CHECK(aligned16(qkv) && aligned16(dout) && aligned16(out) && aligned16(dqkv) && aligned16(dq_accum),
              "lab::attention_backward_wgmma: qkv, dout, out, dqkv and dq_accum must be 16-byte aligned");
   const float scale = 1.0f / sqrtf(float(kHs));
-  const DqLayout layout = variant == WgmmaBackwardVariant::tiled_dq_2_blocks ? DqLayout::tiles : DqLayout::rows;
+  const bool rows = variant == WgmmaBackwardVariant::atomic_dq_2_blocks ||
+                    variant == WgmmaBackwardVariant::atomic_dq_3_blocks;
+  const DqLayout layout = rows ? DqLayout::rows : DqLayout::tiles;
   attention_backward_delta(delta, dq_accum, layout, dout, AttentionOut{.bf16 = out}, B, T, NH, kHs, stream);
   const AttentionQkv in{.bf16 = qkv};
   switch (variant) {
@@ -35,6 +39,14 @@ void attention_backward_wgmma(WgmmaBackwardVariant variant, bf16* dqkv, float* d
       break;
     case WgmmaBackwardVariant::tiled_dq_2_blocks:
       launch_backward_wgmma<2, DqLayout::tiles>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream);
+      break;
+    case WgmmaBackwardVariant::joint_step:
+      launch_backward_wgmma<3, DqLayout::tiles, false, StepOrder::joint>(dqkv, dq_accum, delta, dout, in, lse, B, T,
+                                                                         NH, scale, stream);
+      break;
+    case WgmmaBackwardVariant::dv_during_ds:
+      launch_backward_wgmma<3, DqLayout::tiles, false, StepOrder::dv_during_ds>(dqkv, dq_accum, delta, dout, in, lse,
+                                                                                B, T, NH, scale, stream);
       break;
   }
   attention_backward_dq(dqkv, dq_accum, layout, B, T, NH, kHs, stream);

@@ -57,8 +57,9 @@ void lab_backward(WgmmaBackwardVariant variant, const Problem& p, Tensor& dqkv, 
                                          p.lse.data<float>(), p.B, p.T, p.NH, kernels::compute_stream());
 }
 
-// Every variant against the product (tight: they differ only in the order of dQ's f32 sums, hence at most one
-// bf16 rounding of dqkv0 + gradient) and against the CPU reference (the bound of the product's own test).
+// Every variant against the product (tight: they differ in the order of f32 sums, hence at most one bf16 rounding
+// of dqkv0 + gradient, and dv_during_ds in dS from P rounded to bf16, ~one more bf16 ulp per dS, which the sums over
+// 64-1024 queries average) and against the CPU reference (the bound of the product's own test).
 void check_variants(int B, int T, int NH) {
   INFO("B=" << B << " T=" << T << " NH=" << NH);
   const Problem p(B, T, NH);
