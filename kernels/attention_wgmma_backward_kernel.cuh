@@ -19,12 +19,12 @@ namespace fp8t::kernels {
 namespace {
 
 // How a query step orders its MMAs and arithmetic within the warpgroup:
-//   joint:        S^T and dP^T in one group; P^T and dS^T made together once both are done
-//   p_during_dp:  S^T's group first; P^T (f32) made while dP^T runs, then dS^T
+//   joint:        S^T and dP^T in one group; P^T and dS^T made together once both are done (the product)
+//   p_during_dp:  S^T's group first; P^T (f32) made while dP^T runs, then dS^T (more spills: 1% slower)
 //   dv_during_ds: as p_during_dp, then dV += P^T dO issued before dS^T is made, from P^T rounded to bf16 (the
 //                 f32 P^T would not fit the register budget beside dV's MMAs in flight: ptxas serialized them)
 enum class StepOrder : uint8_t { joint, p_during_dp, dv_during_ds };
-inline constexpr StepOrder kProductOrder = StepOrder::p_during_dp;
+inline constexpr StepOrder kProductOrder = StepOrder::joint;  // the fastest exact one (docs/perf-notes.md)
 
 // sK, sV, 2 x sQ, 2 x sdO, sdS^T, then 2 x lse and 2 x delta (f32); +1024 to align the tiles to 1024 bytes;
 // with the tiled dQ layout, a 64 x 64 f32 dQ tile after them.

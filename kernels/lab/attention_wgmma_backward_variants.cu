@@ -10,7 +10,7 @@ const char* variant_name(WgmmaBackwardVariant variant) {
     case WgmmaBackwardVariant::atomic_dq_2_blocks: return "atomic dQ, 2 blocks/SM";
     case WgmmaBackwardVariant::atomic_dq_3_blocks: return "atomic dQ, 3 blocks/SM";
     case WgmmaBackwardVariant::tiled_dq_2_blocks: return "tiled dQ, 2 blocks/SM";
-    case WgmmaBackwardVariant::joint_step: return "joint S and dP group";
+    case WgmmaBackwardVariant::p_during_dp: return "P during dP";
     case WgmmaBackwardVariant::dv_during_ds: return "dV during dS (bf16 P)";
   }
   return "?";
@@ -40,9 +40,9 @@ void attention_backward_wgmma(WgmmaBackwardVariant variant, bf16* dqkv, float* d
     case WgmmaBackwardVariant::tiled_dq_2_blocks:
       launch_backward_wgmma<2, DqLayout::tiles>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream);
       break;
-    case WgmmaBackwardVariant::joint_step:
-      launch_backward_wgmma<3, DqLayout::tiles, false, StepOrder::joint>(dqkv, dq_accum, delta, dout, in, lse, B, T,
-                                                                         NH, scale, stream);
+    case WgmmaBackwardVariant::p_during_dp:
+      launch_backward_wgmma<3, DqLayout::tiles, false, StepOrder::p_during_dp>(dqkv, dq_accum, delta, dout, in, lse, B,
+                                                                               T, NH, scale, stream);
       break;
     case WgmmaBackwardVariant::dv_during_ds:
       launch_backward_wgmma<3, DqLayout::tiles, false, StepOrder::dv_during_ds>(dqkv, dq_accum, delta, dout, in, lse,

@@ -12,13 +12,13 @@ enum class WgmmaBackwardVariant : uint8_t {
   atomic_dq_2_blocks,  // dQ by f32 atomics into (B, T, C) rows, two blocks per SM
   atomic_dq_3_blocks,  // dQ by f32 atomics into rows, three blocks per SM
   tiled_dq_2_blocks,   // dQ by bulk reductions of 64 x 64 tiles (the product's layout), two blocks per SM
-  joint_step,          // the product's but with S^T and dP^T in one MMA group (StepOrder::joint)
+  p_during_dp,         // the product's but with P^T made while dP^T's MMAs run (StepOrder::p_during_dp)
   dv_during_ds,        // the product's but with dV's MMAs running while dS^T is made (StepOrder::dv_during_ds)
 };
 inline constexpr WgmmaBackwardVariant kWgmmaBackwardVariants[] = {WgmmaBackwardVariant::atomic_dq_2_blocks,
                                                                   WgmmaBackwardVariant::atomic_dq_3_blocks,
                                                                   WgmmaBackwardVariant::tiled_dq_2_blocks,
-                                                                  WgmmaBackwardVariant::joint_step,
+                                                                  WgmmaBackwardVariant::p_during_dp,
                                                                   WgmmaBackwardVariant::dv_during_ds};
 const char* variant_name(WgmmaBackwardVariant variant);
 

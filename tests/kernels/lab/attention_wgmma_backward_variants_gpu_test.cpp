@@ -57,9 +57,10 @@ void lab_backward(WgmmaBackwardVariant variant, const Problem& p, Tensor& dqkv, 
                                          p.lse.data<float>(), p.B, p.T, p.NH, kernels::compute_stream());
 }
 
-// Every variant against the product (tight: they differ in the order of f32 sums, hence at most one bf16 rounding
-// of dqkv0 + gradient, and dv_during_ds in dS from P rounded to bf16, ~one more bf16 ulp per dS, which the sums over
-// 64-1024 queries average) and against the CPU reference (the bound of the product's own test).
+// Every variant against the product (tight: they differ only in the order of f32 sums, hence at most one bf16
+// rounding of dqkv0 + gradient) and against the CPU reference (the bound of the product's own test). dv_during_ds
+// makes dS from P rounded to bf16, not the f32 P, so its dK and dQ leave the tight bound (by up to a few bf16 ulps,
+// on 3-4% of the elements in the twenty-fifth session's run): the CPU reference's bound only.
 void check_variants(int B, int T, int NH) {
   INFO("B=" << B << " T=" << T << " NH=" << NH);
   const Problem p(B, T, NH);
@@ -89,7 +90,7 @@ void check_variants(int B, int T, int NH) {
       if (!ok && bad++ == 0) first_bad = i;
     }
     INFO(bad << " elements off the product's; the first at " << first_bad);
-    CHECK(bad == 0);
+    if (v != WgmmaBackwardVariant::dv_during_ds) CHECK(bad == 0);
     CHECK(rel_err(got, want) < 2e-2);
   }
 }
