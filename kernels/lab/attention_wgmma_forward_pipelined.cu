@@ -34,14 +34,14 @@ __device__ __forceinline__ void softmax_step_deferred(const float (&s)[8][4], fl
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
     msc[r] = mx[r] * sl2;
-    alpha[r] = exp2f(m[r] * sl2 - msc[r]);
+    alpha[r] = ex2_ftz(m[r] * sl2 - msc[r]);
     m[r] = mx[r];
     l[r] *= alpha[r];
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const float p0 = exp2f(fmaf(s[j][0], sl2, -msc[0])), p1 = exp2f(fmaf(s[j][1], sl2, -msc[0]));
-    const float p2 = exp2f(fmaf(s[j][2], sl2, -msc[1])), p3 = exp2f(fmaf(s[j][3], sl2, -msc[1]));
+    const float p0 = ex2_ftz(fmaf(s[j][0], sl2, -msc[0])), p1 = ex2_ftz(fmaf(s[j][1], sl2, -msc[0]));
+    const float p2 = ex2_ftz(fmaf(s[j][2], sl2, -msc[1])), p3 = ex2_ftz(fmaf(s[j][3], sl2, -msc[1]));
     l[0] += p0 + p1;
     l[1] += p2 + p3;
     pf[j / 2][(j & 1) * 2] = pack_bf16(p0, p1);
