@@ -320,24 +320,9 @@ TEST_CASE("attention throughput", "[.bench][attention]") {
     Tensor dout = upload(randn(n_out), {B, T, C}, DType::bf16);
     Tensor out = Tensor::empty({B, T, C}, DType::bf16, kGpu), lse = Tensor::empty({B, NH, T}, DType::f32, kGpu);
     Tensor dqkv = Tensor::zeros({B, T, 3 * C}, DType::bf16, kGpu);
-    const cudaStream_t s = kernels::compute_stream();
-    CudaEvent e0 = make_event(true), e1 = make_event(true), e2 = make_event(true);
     constexpr int kIters = 10;
-    for (int warm = 0; warm < 2; ++warm) {
-      cuda_ops::attention_forward(out, lse, qkv, NH, k);
-      cuda_ops::attention_backward(dqkv, dout, qkv, out, lse, NH, k);
-    }
-    CUDA_CHECK(cudaEventRecord(e0, s));
-    for (int i = 0; i < kIters; ++i) cuda_ops::attention_forward(out, lse, qkv, NH, k);
-    CUDA_CHECK(cudaEventRecord(e1, s));
-    for (int i = 0; i < kIters; ++i) cuda_ops::attention_backward(dqkv, dout, qkv, out, lse, NH, k);
-    CUDA_CHECK(cudaEventRecord(e2, s));
-    CUDA_CHECK(cudaEventSynchronize(e2));
-    float fwd_ms = 0, bwd_ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&fwd_ms, e0, e1));
-    CUDA_CHECK(cudaEventElapsedTime(&bwd_ms, e1, e2));
-    fwd_ms /= kIters;
-    bwd_ms /= kIters;
+    const float fwd_ms = time_ms([&] { cuda_ops::attention_forward(out, lse, qkv, NH, k); }, kIters);
+    const float bwd_ms = time_ms([&] { cuda_ops::attention_backward(dqkv, dout, qkv, out, lse, NH, k); }, kIters);
     const double flops = 2.0 * B * NH * double(T) * T * HS;  // causal: half of 4 B NH T^2 HS
     std::printf("attention B=%d NH=%d T=%d HS=%d %s: fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f TFLOP/s\n", B, NH, T,
                 HS, wgmma ? "wgmma" : "mma.sync", fwd_ms, flops / fwd_ms / 1e9, bwd_ms, 2.5 * flops / bwd_ms / 1e9);

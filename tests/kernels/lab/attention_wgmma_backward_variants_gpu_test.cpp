@@ -115,24 +115,12 @@ TEST_CASE("lab attention wgmma backward throughput", "[.bench][attention][lab]")
     Tensor dqkv = Tensor::zeros(p.qkv_shape(), DType::bf16, kGpu);
     Scratch scratch(p);
     const double flops = 2.5 * 2.0 * B * NH * double(T) * T * kHs;  // the backward: 2.5 x the causal forward
-    auto time_ms = [&](auto&& run) {
-      for (int warm = 0; warm < 2; ++warm) run();
-      CudaEvent e0 = make_event(true), e1 = make_event(true);
-      const cudaStream_t s = kernels::compute_stream();
-      CUDA_CHECK(cudaEventRecord(e0, s));
-      for (int i = 0; i < kIters; ++i) run();
-      CUDA_CHECK(cudaEventRecord(e1, s));
-      CUDA_CHECK(cudaEventSynchronize(e1));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      return ms / kIters;
-    };
     auto report = [&](const char* name, float ms) {
       std::printf("lab attention backward B=%d NH=%d T=%d HS=%d %-24s %.3f ms %.1f TFLOP/s\n", B, NH, T, kHs, name, ms,
                   flops / ms / 1e9);
     };
-    report("product", time_ms([&] { cuda_ops::attention_backward(dqkv, p.tdout, p.tqkv, p.out, p.lse, NH); }));
+    report("product", time_ms([&] { cuda_ops::attention_backward(dqkv, p.tdout, p.tqkv, p.out, p.lse, NH); }, kIters));
     for (WgmmaBackwardVariant v : kernels::lab::kWgmmaBackwardVariants)
-      report(kernels::lab::variant_name(v), time_ms([&] { lab_backward(v, p, dqkv, scratch); }));
+      report(kernels::lab::variant_name(v), time_ms([&] { lab_backward(v, p, dqkv, scratch); }, kIters));
   }
 }

@@ -70,26 +70,15 @@ TEST_CASE("lab attention wgmma forward throughput", "[.bench][attention][lab]") 
     const Tensor tqkv = upload(round_bf16(randn(int64_t(B) * T * 3 * C)), {B, T, 3 * C}, DType::bf16);
     Tensor out = Tensor::zeros({B, T, C}, DType::bf16, kGpu), lse = Tensor::zeros({B, NH, T}, DType::f32, kGpu);
     const double flops = 2.0 * B * NH * double(T) * T * kHs;  // the causal forward: half of 4 B NH T^2 HS
-    auto time_ms = [&](auto&& run) {
-      for (int warm = 0; warm < 2; ++warm) run();
-      CudaEvent e0 = make_event(true), e1 = make_event(true);
-      const cudaStream_t s = kernels::compute_stream();
-      CUDA_CHECK(cudaEventRecord(e0, s));
-      for (int i = 0; i < kIters; ++i) run();
-      CUDA_CHECK(cudaEventRecord(e1, s));
-      CUDA_CHECK(cudaEventSynchronize(e1));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      return ms / kIters;
-    };
     auto report = [&](const char* name, float ms) {
       std::printf("lab attention forward B=%d NH=%d T=%d HS=%d %-10s %.3f ms %.1f TFLOP/s\n", B, NH, T, kHs, name, ms,
                   flops / ms / 1e9);
     };
-    report("product", time_ms([&] { cuda_ops::attention_forward(out, lse, tqkv, NH); }));
-    report("pipelined", time_ms([&] {
-             kernels::lab::attention_forward_wgmma_pipelined(out.data<bf16>(), lse.data<float>(), tqkv.data<bf16>(), B,
-                                                             T, NH, kernels::compute_stream());
-           }));
+    report("product", time_ms([&] { cuda_ops::attention_forward(out, lse, tqkv, NH); }, kIters));
+    auto pipelined = [&] {
+      kernels::lab::attention_forward_wgmma_pipelined(out.data<bf16>(), lse.data<float>(), tqkv.data<bf16>(), B, T, NH,
+                                                      kernels::compute_stream());
+    };
+    report("pipelined", time_ms(pipelined, kIters));
   }
 }
