@@ -52,20 +52,21 @@ __device__ __forceinline__ void mask_causal(float (&s)[N8][4], int k0, int row_l
       if (k0 + 8 * j + 2 * t + (e & 1) > row_lo + g + 8 * (e >> 1)) s[j][e] = -INFINITY;
 }
 
-// Forward: one online-softmax step over a tile of raw scores s (sl2 = scale * log2(e)). The running max m and
-// partial sum l of rows g, g + 8 are updated, the output accumulator o is rescaled, and P = exp(scale s - max)
-// comes out as bf16 A fragments pf. Key 0 precedes every query, so the running max is finite from the first
-// tile on.
-template <int N8, int D8>
-__device__ __forceinline__ void online_softmax_step(const float (&s)[N8][4], float sl2, float (&m)[2], float (&l)[2],
-                                                    float (&o)[D8][4], uint32_t (&pf)[N8 / 2][4]) {
+// Forward: one online-softmax step over a tile of raw scores s (sl2 = scale * log2(e)) without touching the output
+// accumulator: the running max m and partial sum l of rows g, g + 8 are updated, P = exp(scale s - max) comes out as
+// bf16 A fragments pf, and alpha (per row) is what the output accumulator must be multiplied by (now, or once a P V
+// product still in flight has landed: the lab's pipelined forward). Key 0 precedes every query, so the running max
+// is finite from the first tile on.
+template <int N8>
+__device__ __forceinline__ void softmax_step_p(const float (&s)[N8][4], float sl2, float (&m)[2], float (&l)[2],
+                                               float (&alpha)[2], uint32_t (&pf)[N8 / 2][4]) {
   float mx[2] = {m[0], m[1]};
 #pragma unroll
   for (int j = 0; j < N8; ++j) {
     mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
     mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
   }
-  float alpha[2], msc[2];
+  float msc[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
@@ -84,6 +85,11 @@ __device__ __forceinline__ void online_softmax_step(const float (&s)[N8][4], flo
     pf[j / 2][(j & 1) * 2] = pack_bf16(p0, p1);
     pf[j / 2][(j & 1) * 2 + 1] = pack_bf16(p2, p3);
   }
+}
+
+// o (D8 8-column tiles of rows g, g + 8) *= alpha per row.
+template <int D8>
+__device__ __forceinline__ void rescale_rows(float (&o)[D8][4], const float (&alpha)[2]) {
 #pragma unroll
   for (int d = 0; d < D8; ++d) {
     o[d][0] *= alpha[0];
@@ -91,6 +97,15 @@ __device__ __forceinline__ void online_softmax_step(const float (&s)[N8][4], flo
     o[d][2] *= alpha[1];
     o[d][3] *= alpha[1];
   }
+}
+
+// softmax_step_p with the output accumulator o rescaled at once.
+template <int N8, int D8>
+__device__ __forceinline__ void online_softmax_step(const float (&s)[N8][4], float sl2, float (&m)[2], float (&l)[2],
+                                                    float (&o)[D8][4], uint32_t (&pf)[N8 / 2][4]) {
+  float alpha[2];
+  softmax_step_p(s, sl2, m, l, alpha, pf);
+  rescale_rows(o, alpha);
 }
 
 // Forward: the warp's finished rows row_lo + g (+ 8) below T. out (rows of stride ld, at the head's first

@@ -17,38 +17,6 @@ constexpr int kFwdSmemBytes = (2 + kKStages + kVStages) * kTileBytes + 1024;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-// online_softmax_step (kernels/attention_common.cuh) without the rescale of o, which a P V product still in flight
-// accumulates into: m and l move to the tile's running max, P comes out as bf16 A fragments, and alpha (per row) is
-// what o must be multiplied by once that product has landed.
-__device__ __forceinline__ void softmax_step_deferred(const float (&s)[8][4], float sl2, float (&m)[2], float (&l)[2],
-                                                      float (&alpha)[2], uint32_t (&pf)[4][4]) {
-  float mx[2] = {m[0], m[1]};
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
-    mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
-  }
-  float msc[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    msc[r] = mx[r] * sl2;
-    alpha[r] = ex2_ftz(m[r] * sl2 - msc[r]);
-    m[r] = mx[r];
-    l[r] *= alpha[r];
-  }
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const float p0 = ex2_ftz(fmaf(s[j][0], sl2, -msc[0])), p1 = ex2_ftz(fmaf(s[j][1], sl2, -msc[0]));
-    const float p2 = ex2_ftz(fmaf(s[j][2], sl2, -msc[1])), p3 = ex2_ftz(fmaf(s[j][3], sl2, -msc[1]));
-    l[0] += p0 + p1;
-    l[1] += p2 + p3;
-    pf[j / 2][(j & 1) * 2] = pack_bf16(p0, p1);
-    pf[j / 2][(j & 1) * 2 + 1] = pack_bf16(p2, p3);
-  }
-}
-
 // One block of two warpgroups per (128 queries, b*h), heaviest query blocks first, as the product's forward. Step kt
 // (from 1) of a warpgroup issues S = Q K_kt^T and then O += P_{kt-1} V_{kt-1} (P of the previous step, still in
 // registers), waits only for S, runs the softmax of S (P_kt and the rescale alpha_kt) while P V runs, then waits for
@@ -103,7 +71,7 @@ __global__ void __launch_bounds__(kFwdThreads, 2)
   wgmma_wait<0>();
   wgmma_settle(s);
   if (kKeys - 1 > row_lo) mask_causal(s, 0, row_lo, g, t);
-  softmax_step_deferred(s, sl2, m, l, alpha, pf);  // o is 0: no rescale
+  softmax_step_p(s, sl2, m, l, alpha, pf);  // o is 0: no rescale
 
   for (int kt = 1; kt < n_kt; ++kt) {
     const int k0 = kt * kKeys;
@@ -127,18 +95,12 @@ __global__ void __launch_bounds__(kFwdThreads, 2)
     wgmma_settle(s);
     if (k0 + kKeys - 1 > row_lo) mask_causal(s, k0, row_lo, g, t);
     uint32_t pf_next[4][4];
-    softmax_step_deferred(s, sl2, m, l, alpha, pf_next);
+    softmax_step_p(s, sl2, m, l, alpha, pf_next);
     wgmma_wait<0>();
     wgmma_settle(o);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) wgmma_settle(pf[kk]);  // pf stays untouched until P V has read it
-#pragma unroll
-    for (int d = 0; d < 8; ++d) {
-      o[d][0] *= alpha[0];
-      o[d][1] *= alpha[0];
-      o[d][2] *= alpha[1];
-      o[d][3] *= alpha[1];
-    }
+    rescale_rows(o, alpha);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
