@@ -128,11 +128,42 @@ __device__ __forceinline__ void store_rows(const float (&o)[D8][4], float (&l)[2
   }
 }
 
+// P^T of tile j (x: its 4 scores in the accumulator layout), in place; zero where the query precedes the key on a
+// diagonal step.
+__device__ __forceinline__ void p_tile(float (&x)[4], int j, const float* lse2, float sl2, bool diagonal, int q0,
+                                       int key_lo, int g, int t) {
+  const float2 lq = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    x[e] = ex2_ftz(fmaf(x[e], sl2, -((e & 1) ? lq.y : lq.x)));
+    if (diagonal && q0 + 8 * j + 2 * t + (e & 1) < key_lo + g + 8 * (e >> 1)) x[e] = 0.0f;
+  }
+}
+// Tile j's 4 values (rows g, g + 8) packed into the A fragments a.
+template <int N8>
+__device__ __forceinline__ void pack_tile(const float (&x)[4], int j, uint32_t (&a)[N8 / 2][4]) {
+  a[j / 2][(j & 1) * 2] = pack_bf16(x[0], x[1]);
+  a[j / 2][(j & 1) * 2 + 1] = pack_bf16(x[2], x[3]);
+}
+// dS^T of tile j from its P^T and dP^T, packed into dsa and handed to store_ds.
+template <int N8, typename StoreDs>
+__device__ __forceinline__ void ds_tile(const float (&p)[4], const float (&dp)[4], int j, const float* delta, int t,
+                                        uint32_t (&dsa)[N8 / 2][4], StoreDs store_ds) {
+  const float2 dq = *reinterpret_cast<const float2*>(delta + 8 * j + 2 * t);
+  float ds[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) ds[e] = p[e] * (dp[e] - ((e & 1) ? dq.y : dq.x));
+  pack_tile<N8>(ds, j, dsa);
+  store_ds(j, dsa[j / 2][(j & 1) * 2], dsa[j / 2][(j & 1) * 2 + 1]);
+}
+
 // Backward: P^T = exp(scale S^T - lse) and dS^T = P^T (dP^T - delta) of the warp's keys key_lo + g (+ 8) over
 // the step's queries q0 + 8 j + 2 t (+ 1), as bf16 A fragments (k = queries). lse2 (lse * log2(e)) and delta:
 // the step's per-query values; on a diagonal step P = 0 where the query precedes the key. store_ds(j, lo, hi)
 // receives the packed dS^T pairs of tile j (rows g and g + 8) as they are made (the kernels keep dS^T in shared
 // memory for dQ; storing inside the loop keeps the mma.sync kernel's register allocation).
+// (Written out per element rather than from p_tile and ds_tile above: P and dS of an element made together is the
+// instruction order both kernels' register allocations were tuned on.)
 template <int N8, typename StoreDs>
 __device__ __forceinline__ void backward_p_ds(const float (&s)[N8][4], const float (&dp)[N8][4], const float* lse2,
                                               const float* delta, float sl2, bool diagonal, int q0, int key_lo, int g,
@@ -149,10 +180,8 @@ __device__ __forceinline__ void backward_p_ds(const float (&s)[N8][4], const flo
       if (diagonal && q0 + 8 * j + 2 * t + (e & 1) < key_lo + g + 8 * (e >> 1)) p[e] = 0.0f;
       ds[e] = p[e] * (dp[j][e] - ((e & 1) ? dq.y : dq.x));
     }
-    pa[j / 2][(j & 1) * 2] = pack_bf16(p[0], p[1]);
-    pa[j / 2][(j & 1) * 2 + 1] = pack_bf16(p[2], p[3]);
-    dsa[j / 2][(j & 1) * 2] = pack_bf16(ds[0], ds[1]);
-    dsa[j / 2][(j & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
+    pack_tile<N8>(p, j, pa);
+    pack_tile<N8>(ds, j, dsa);
     store_ds(j, dsa[j / 2][(j & 1) * 2], dsa[j / 2][(j & 1) * 2 + 1]);
   }
 }
@@ -164,29 +193,15 @@ __device__ __forceinline__ void backward_p(float (&s)[N8][4], const float* lse2,
                                            int key_lo, int g, int t, uint32_t (&pa)[N8 / 2][4]) {
 #pragma unroll
   for (int j = 0; j < N8; ++j) {
-    const float2 lq = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * t);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[j][e] = ex2_ftz(fmaf(s[j][e], sl2, -((e & 1) ? lq.y : lq.x)));
-      if (diagonal && q0 + 8 * j + 2 * t + (e & 1) < key_lo + g + 8 * (e >> 1)) s[j][e] = 0.0f;
-    }
-    pa[j / 2][(j & 1) * 2] = pack_bf16(s[j][0], s[j][1]);
-    pa[j / 2][(j & 1) * 2 + 1] = pack_bf16(s[j][2], s[j][3]);
+    p_tile(s[j], j, lse2, sl2, diagonal, q0, key_lo, g, t);
+    pack_tile<N8>(s[j], j, pa);
   }
 }
 template <int N8, typename StoreDs>
 __device__ __forceinline__ void backward_ds(const float (&p)[N8][4], const float (&dp)[N8][4], const float* delta,
                                             int t, uint32_t (&dsa)[N8 / 2][4], StoreDs store_ds) {
 #pragma unroll
-  for (int j = 0; j < N8; ++j) {
-    const float2 dq = *reinterpret_cast<const float2*>(delta + 8 * j + 2 * t);
-    float ds[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) ds[e] = p[j][e] * (dp[j][e] - ((e & 1) ? dq.y : dq.x));
-    dsa[j / 2][(j & 1) * 2] = pack_bf16(ds[0], ds[1]);
-    dsa[j / 2][(j & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
-    store_ds(j, dsa[j / 2][(j & 1) * 2], dsa[j / 2][(j & 1) * 2 + 1]);
-  }
+  for (int j = 0; j < N8; ++j) ds_tile<N8>(p[j], dp[j], j, delta, t, dsa, store_ds);
 }
 
 // backward_ds from P^T as pa holds it (bf16), so that s is free once pa is made.
@@ -196,19 +211,14 @@ __device__ __forceinline__ void backward_ds_bf16p(const uint32_t (&pa)[N8 / 2][4
                                                   StoreDs store_ds) {
 #pragma unroll
   for (int j = 0; j < N8; ++j) {
-    const float2 dq = *reinterpret_cast<const float2*>(delta + 8 * j + 2 * t);
-    float p[4], ds[4];
+    float p[4];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint32_t w = pa[j / 2][(j & 1) * 2 + h];
       p[2 * h] = __uint_as_float(w << 16);
       p[2 * h + 1] = __uint_as_float(w & 0xffff0000u);
     }
-#pragma unroll
-    for (int e = 0; e < 4; ++e) ds[e] = p[e] * (dp[j][e] - ((e & 1) ? dq.y : dq.x));
-    dsa[j / 2][(j & 1) * 2] = pack_bf16(ds[0], ds[1]);
-    dsa[j / 2][(j & 1) * 2 + 1] = pack_bf16(ds[2], ds[3]);
-    store_ds(j, dsa[j / 2][(j & 1) * 2], dsa[j / 2][(j & 1) * 2 + 1]);
+    ds_tile<N8>(p, dp[j], j, delta, t, dsa, store_ds);
   }
 }
 
