@@ -44,7 +44,11 @@ Fp8DeviceSlot* Fp8DeviceState::slots(Device device, const Fp8Metas& metas) {
 void Fp8DeviceState::mark_pending(Fp8Role role) {
   const auto r = static_cast<size_t>(role);
   pending_[r] = true;
-  on_graph_replay([this, r] { pending_[r] = true; });
+  if (arena_) arena_->any_pending_ = true;
+  on_graph_replay([this, r] {
+    pending_[r] = true;
+    if (arena_) arena_->any_pending_ = true;
+  });
 }
 
 Tensor Fp8DeviceState::scales_view(Fp8Role role) const {
@@ -95,10 +99,9 @@ void Fp8DeviceArena::init(Device device, std::vector<std::pair<Fp8DeviceState*, 
 }
 
 void Fp8DeviceArena::collect() {
-  if (!buf_.defined()) return;
-  bool any = false;
-  for (const auto& [st, metas] : states_) any = any || st->pending_[0] || st->pending_[1] || st->pending_[2];
-  if (!any) return;
+  // Every attached state calls this (Fp8DeviceState::collect): after the first, nothing is pending, in O(1).
+  if (!buf_.defined() || !any_pending_) return;
+  any_pending_ = false;
   host_->wait();  // the last upload has been made
   copy_bytes(host(), Device::cpu(), buf_.raw(), buf_.device(), slots() * sizeof(Fp8DeviceSlot));
   for (size_t i = 0; i < states_.size(); ++i) {

@@ -90,6 +90,8 @@ class Fp8DeviceArena {
   std::unique_ptr<HostStaging> host_;
   std::vector<unsigned long long> seen_saturated_;  // per slot, already recorded since the last upload
   std::vector<std::pair<Fp8DeviceState*, Fp8Metas>> states_;
+  friend class Fp8DeviceState;
+  bool any_pending_ = false;  // some attached state's pending_ is set (its mark_pending sets this too)
 };
 
 }  // namespace fp8t

@@ -127,6 +127,11 @@ const Fp8ScalingRecipe& fp8_scaling_recipe(Fp8Scaling scaling) {
 std::string reduce_step_amax(const std::vector<Fp8TensorMeta*>& metas, const std::vector<std::string>& names,
                              const AmaxAllReduce& all_reduce_max) {
   FP8T_CHECK(metas.size() == names.size(), "reduce_step_amax: {} metas but {} names", metas.size(), names.size());
+  return reduce_step_amax(metas, [&names](size_t i) { return names[i]; }, all_reduce_max);
+}
+
+std::string reduce_step_amax(const std::vector<Fp8TensorMeta*>& metas,
+                             const std::function<std::string(size_t)>& name_of, const AmaxAllReduce& all_reduce_max) {
   if (all_reduce_max) {
     std::vector<float> v(metas.size());
     for (size_t i = 0; i < metas.size(); ++i) {
@@ -139,7 +144,7 @@ std::string reduce_step_amax(const std::vector<Fp8TensorMeta*>& metas, const std
   std::string bad;
   for (size_t i = 0; i < metas.size(); ++i)
     if (metas[i]->recorded_this_step && !std::isfinite(metas[i]->amax_this_step))
-      bad += fmt::format("{}{} amax is {}", bad.empty() ? "" : ", ", names[i], metas[i]->amax_this_step);
+      bad += fmt::format("{}{} amax is {}", bad.empty() ? "" : ", ", name_of(i), metas[i]->amax_this_step);
   return bad;
 }
 

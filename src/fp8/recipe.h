@@ -54,5 +54,9 @@ const Fp8ScalingRecipe& fp8_scaling_recipe(Fp8Scaling scaling);
 using AmaxAllReduce = std::function<void(std::vector<float>& values)>;
 std::string reduce_step_amax(const std::vector<Fp8TensorMeta*>& metas, const std::vector<std::string>& names,
                              const AmaxAllReduce& all_reduce_max);
+// The same with metas[i]'s name made by name_of(i), only for the non-finite ones (the host runs this once per step
+// before the optimizer is queued: a 1.5B model has 576 metas).
+std::string reduce_step_amax(const std::vector<Fp8TensorMeta*>& metas,
+                             const std::function<std::string(size_t)>& name_of, const AmaxAllReduce& all_reduce_max);
 
 }  // namespace fp8t

@@ -177,17 +177,14 @@ void GPT::publish_weights(const WeightCollectives& c) {
 
 std::string GPT::reduce_fp8_amax(const AmaxAllReduce& all_reduce_max) {
   std::vector<Fp8TensorMeta*> metas;
-  std::vector<std::string> names;
+  metas.reserve(3 * fp8_.size());
   for (const auto& st : fp8_) {
-    st->collect_device_stats();  // CUDA: this step's device amaxes to the host (once per step)
-    const std::pair<const char*, Fp8TensorMeta*> roles[] = {
-        {"input", &st->input}, {"weight", &st->weight}, {"grad_output", &st->grad_output}};
-    for (const auto& [what, m] : roles) {
-      metas.push_back(m);
-      names.push_back(st->name + " " + what);
-    }
+    st->collect_device_stats();  // CUDA: this step's device amaxes to the host (the first call copies them all)
+    for (Fp8TensorMeta* m : {&st->input, &st->weight, &st->grad_output}) metas.push_back(m);
   }
-  return reduce_step_amax(metas, names, all_reduce_max);
+  static constexpr const char* kRoles[] = {"input", "weight", "grad_output"};  // metas' order within a linear
+  const auto name_of = [this](size_t i) { return fp8_[i / 3]->name + " " + kRoles[i % 3]; };
+  return reduce_step_amax(metas, name_of, all_reduce_max);
 }
 
 nlohmann::json GPT::fp8_stats(bool with_weight_error) const {
