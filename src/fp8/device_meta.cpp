@@ -43,12 +43,12 @@ Fp8DeviceSlot* Fp8DeviceState::slots(Device device, const Fp8Metas& metas) {
 
 void Fp8DeviceState::mark_pending(Fp8Role role) {
   const auto r = static_cast<size_t>(role);
-  pending_[r] = true;
-  if (arena_) arena_->any_pending_ = true;
-  on_graph_replay([this, r] {
+  const auto mark = [this, r] {
     pending_[r] = true;
     if (arena_) arena_->any_pending_ = true;
-  });
+  };
+  mark();
+  on_graph_replay(mark);
 }
 
 Tensor Fp8DeviceState::scales_view(Fp8Role role) const {

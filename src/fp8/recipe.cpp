@@ -124,12 +124,6 @@ const Fp8ScalingRecipe& fp8_scaling_recipe(Fp8Scaling scaling) {
   FP8T_FAIL("unknown FP8 scaling {}", static_cast<int>(scaling));
 }
 
-std::string reduce_step_amax(const std::vector<Fp8TensorMeta*>& metas, const std::vector<std::string>& names,
-                             const AmaxAllReduce& all_reduce_max) {
-  FP8T_CHECK(metas.size() == names.size(), "reduce_step_amax: {} metas but {} names", metas.size(), names.size());
-  return reduce_step_amax(metas, [&names](size_t i) { return names[i]; }, all_reduce_max);
-}
-
 std::string reduce_step_amax(const std::vector<Fp8TensorMeta*>& metas,
                              const std::function<std::string(size_t)>& name_of, const AmaxAllReduce& all_reduce_max) {
   if (all_reduce_max) {

@@ -50,12 +50,10 @@ const Fp8ScalingRecipe& fp8_scaling_recipe(Fp8Scaling scaling);
 // The step's amax of every meta, max-reduced over ranks by `all_reduce_max` (which replaces each value by
 // its maximum over ranks), so that every rank computes the same scales. NaN travels as +inf (a max
 // reduction may drop NaN but never inf). Returns the tensors whose amax is not finite, as "name amax"
-// (named by `names`), "" when all are finite.
+// (named by `name_of`), "" when all are finite.
 using AmaxAllReduce = std::function<void(std::vector<float>& values)>;
-std::string reduce_step_amax(const std::vector<Fp8TensorMeta*>& metas, const std::vector<std::string>& names,
-                             const AmaxAllReduce& all_reduce_max);
-// The same with metas[i]'s name made by name_of(i), only for the non-finite ones (the host runs this once per step
-// before the optimizer is queued: a 1.5B model has 576 metas).
+// metas[i]'s name is made by name_of(i), only for the non-finite ones (the host runs this once per step before the
+// optimizer is queued: a 1.5B model has 576 metas).
 std::string reduce_step_amax(const std::vector<Fp8TensorMeta*>& metas,
                              const std::function<std::string(size_t)>& name_of, const AmaxAllReduce& all_reduce_max);
 

@@ -181,7 +181,9 @@ TEST_CASE("scaling recipes: the step's amax reduction sends NaN as inf and names
   b.record(NAN, 0);
   // c records nothing this step: its 0 is reduced but never reported.
   std::vector<float> sent;
-  const std::string bad = reduce_step_amax({&a, &b, &c}, {"l1 input", "l2 input", "l3 input"}, [&](std::vector<float>& v) {
+  const std::vector<std::string> names = {"l1 input", "l2 input", "l3 input"};
+  const auto name_of = [&names](size_t i) { return names[i]; };
+  const std::string bad = reduce_step_amax({&a, &b, &c}, name_of, [&](std::vector<float>& v) {
     sent = v;
     v[0] = 6.0f;  // another rank saw 6
   });
@@ -191,5 +193,5 @@ TEST_CASE("scaling recipes: the step's amax reduction sends NaN as inf and names
   // Without a reduction (one rank), NaN stays NaN in the report.
   Fp8TensorMeta d(Fp8Format::e4m3, config(Fp8Scaling::delayed));
   d.record(NAN, 0);
-  CHECK(reduce_step_amax({&d}, {"l4 weight"}, nullptr) == "l4 weight amax is nan");
+  CHECK(reduce_step_amax({&d}, [](size_t) { return std::string("l4 weight"); }, nullptr) == "l4 weight amax is nan");
 }
