@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/fp8_cast.cuh"
+
 namespace fp8t::kernels {
 
 // Which kernels attention runs. The default is the product's choice; the mma.sync kernels stay selectable because
@@ -45,12 +47,28 @@ struct AttentionOut {
   const float* scale_inv = nullptr;
 };
 
+// qkv's gradient g written as the E5M2 operands of the FP8 linear that made qkv (its dy casts, ops/fp8_linear.h)
+// instead of bf16: codes (B * T, 3C) and codes_t (3C, B * T), either may be null, each code to_fp8(x * *scale) for
+// x = g's bf16 value, bit for bit what the bf16 gradient followed by fp8_cast (kernels/fp8_cast.cuh) writes, with that
+// cast's statistics into `stats` (amax, saturated, and colsum: the (3C) column sums of x, qkv's bias gradient).
+// Needs attention_writes_dy_codes(HS, kernels).
+struct AttentionDyCodes {
+  uint8_t* codes = nullptr;
+  uint8_t* codes_t = nullptr;
+  const float* scale = nullptr;
+  Fp8CastOutputs stats;
+};
+// Whether the backward can write AttentionDyCodes (the warpgroup-MMA kernels: head size 64 on a Hopper, sm_90a build).
+bool attention_writes_dy_codes(int HS, const AttentionKernels& kernels = {});
+
 // dqkv (B, T, 3C) bf16 += gradient of the attention; with accumulate false, dqkv = the gradient, written over
 // whatever dqkv held (no zero fill needed). Scratch: dq_accum, attention_dq_scratch_floats() f32 (at least
-// B * T * C), and delta (B, NH, T) f32, both overwritten.
+// B * T * C), and delta (B, NH, T) f32, both overwritten. With dy (accumulate false), the gradient goes to dy's codes
+// instead, and dqkv (may be null) is not written.
 void attention_backward(__nv_bfloat16* dqkv, float* dq_accum, float* delta, const __nv_bfloat16* dout,
                         const AttentionQkv& qkv, const AttentionOut& out, const float* lse, int B, int T, int NH,
-                        int HS, cudaStream_t stream, const AttentionKernels& kernels = {}, bool accumulate = true);
+                        int HS, cudaStream_t stream, const AttentionKernels& kernels = {}, bool accumulate = true,
+                        const AttentionDyCodes* dy = nullptr);
 inline void attention_backward(__nv_bfloat16* dqkv, float* dq_accum, float* delta, const __nv_bfloat16* dout,
                                const __nv_bfloat16* qkv, const AttentionOut& out, const float* lse, int B, int T,
                                int NH, int HS, cudaStream_t stream, const AttentionKernels& kernels = {},

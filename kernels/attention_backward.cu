@@ -310,7 +310,7 @@ __global__ void attention_dq_kernel(bf16* dqkv, const float* dq_accum, int64_t n
 template <int HS>
 void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const AttentionQkv& qkv,
                      const AttentionOut& out, const float* lse, int B, int T, int NH, cudaStream_t stream,
-                     const AttentionKernels& k, bool accumulate) {
+                     const AttentionKernels& k, bool accumulate, const AttentionDyCodes* dy) {
   constexpr int KEYS = BwdTile<HS>::kKeys, kThreads = 2 * KEYS, bytes = backward_smem_bytes<HS>();
   static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
   const int slots = resident.get([] {
@@ -324,7 +324,7 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
   const DqLayout layout = wgmma ? DqLayout::tiles : DqLayout::rows;
   attention_backward_delta(delta, dq_accum, layout, dout, out, B, T, NH, HS, stream);
   if (wgmma) {
-    attention_backward_wgmma64(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream, accumulate);
+    attention_backward_wgmma64(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream, accumulate, dy);
   } else {
     const int BH = B * NH, n_kb = ceil_div(T, KEYS);
     attention_backward_kernel<HS><<<BH * n_kb, kThreads, bytes, stream>>>(
@@ -332,7 +332,10 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
         accumulate);
     CUDA_CHECK_LAUNCH();
   }
-  attention_backward_dq(dqkv, dq_accum, layout, B, T, NH, HS, stream, accumulate);
+  if (dy)
+    attention_backward_dq_codes(dq_accum, *dy, B, T, NH, stream);
+  else
+    attention_backward_dq(dqkv, dq_accum, layout, B, T, NH, HS, stream, accumulate);
 }
 
 void check_pass(const char* what, DqLayout layout, int HS) {
@@ -401,16 +404,25 @@ void attention_backward_dq(bf16* dqkv, const float* dq_accum, DqLayout layout, i
 
 void attention_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout, const AttentionQkv& qkv,
                         const AttentionOut& out, const float* lse, int B, int T, int NH, int HS, cudaStream_t stream,
-                        const AttentionKernels& k, bool accumulate) {
+                        const AttentionKernels& k, bool accumulate, const AttentionDyCodes* dy) {
   check_sizes("attention_backward", qkv, B, T, NH, HS, k);
   FP8T_CHECK(aligned16(dout), "attention_backward: dout must be 16-byte aligned");
-  FP8T_CHECK(aligned16(dqkv) && aligned16(dq_accum), "attention_backward: dqkv and dq_accum must be 16-byte aligned");
+  FP8T_CHECK((dy || aligned16(dqkv)) && aligned16(dq_accum),
+             "attention_backward: dqkv and dq_accum must be 16-byte aligned");
+  if (dy) {
+    FP8T_CHECK(attention_writes_dy_codes(HS, k) && !accumulate,
+               "attention_backward: dy codes need the warpgroup-MMA kernels (head size 64 on a Hopper GPU, sm_90a "
+               "build; attention_writes_dy_codes) and accumulate false, got head size {}, accumulate {}",
+               HS, accumulate);
+    FP8T_CHECK(dy->scale && (dy->codes || dy->codes_t) && (reinterpret_cast<uintptr_t>(dy->codes) & 7u) == 0,
+               "attention_backward: dy codes need a scale and 8-byte aligned codes or codes_t");
+  }
   FP8T_CHECK(int64_t{B} * NH * ceil_div(T, 64) <= 0x7fffffff, "attention_backward: grid too large (B={} NH={} T={})", B,
              NH, T);
   if (HS == 64)
-    launch_backward<64>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream, k, accumulate);
+    launch_backward<64>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream, k, accumulate, dy);
   else
-    launch_backward<128>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream, k, accumulate);
+    launch_backward<128>(dqkv, dq_accum, delta, dout, qkv, out, lse, B, T, NH, stream, k, accumulate, dy);
 }
 
 }  // namespace fp8t::kernels

@@ -27,4 +27,9 @@ void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, co
 void attention_backward_dq(__nv_bfloat16* dqkv, const float* dq_accum, DqLayout layout, int B, int T, int NH, int HS,
                            cudaStream_t stream, bool accumulate = true);
 
+// dy's codes of qkv's Q part from scale * dq_accum (DqLayout::tiles, head size 64): what attention_backward_dq writes
+// (not accumulating), encoded as the E5M2 cast would (kernels/attention_dy_codes.cu).
+void attention_backward_dq_codes(const float* dq_accum, const AttentionDyCodes& dy, int B, int T, int NH,
+                                 cudaStream_t stream);
+
 }  // namespace fp8t::kernels

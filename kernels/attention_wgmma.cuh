@@ -15,11 +15,11 @@ bool attention_wgmma_available();
 void attention_forward_wgmma64(__nv_bfloat16* out, float* lse, const AttentionQkv& qkv, int B, int T, int NH,
                                float scale, cudaStream_t stream);
 
-// dqkv's K and V parts += dK, dV (= unless `accumulate`); dq_accum += dQ / scale in DqLayout::tiles
-// (kernels/attention_backward_passes.cuh).
+// dqkv's K and V parts += dK, dV (= unless `accumulate`), or with dy, dK and dV as dy's codes (accumulate ignored,
+// dqkv not written); dq_accum += dQ / scale in DqLayout::tiles (kernels/attention_backward_passes.cuh).
 // delta (B, NH, T) from the delta pass; lse (B, NH, T) from the forward. Head size 64 only.
 void attention_backward_wgmma64(__nv_bfloat16* dqkv, float* dq_accum, const float* delta, const __nv_bfloat16* dout,
                                 const AttentionQkv& qkv, const float* lse, int B, int T, int NH, float scale,
-                                cudaStream_t stream, bool accumulate = true);
+                                cudaStream_t stream, bool accumulate = true, const AttentionDyCodes* dy = nullptr);
 
 }  // namespace fp8t::kernels

@@ -1,6 +1,7 @@
 // The main pass of the attention backward at head size 64 on Hopper's warpgroup MMA (wgmma.mma_async, sm_90a),
-// templated on blocks per SM and the dQ path: the product runs one instance (kernels/attention_wgmma_backward.cu),
-// the lab the others (kernels/lab/attention_wgmma_backward_variants.cu).
+// templated on blocks per SM, the dQ path and where dK, dV go (dqkv, or the qkv linear's dy codes): the product runs
+// the tiled-dQ instances (kernels/attention_wgmma_backward.cu), the lab the others
+// (kernels/lab/attention_wgmma_backward_variants.cu).
 // One block = one warpgroup (4 warps) per (64 keys, b*h), over query blocks of 64 from the diagonal on; the
 // block order is that of the mma.sync kernel (kernels/attention_common.cuh). Per query block:
 //   S^T = K Q^T and dP^T = V dO^T        (64 keys x 64 queries; A and B from shared memory)
@@ -11,6 +12,7 @@
 #pragma once
 #include "core/launch_limits.h"
 #include "kernels/attention_backward_passes.cuh"
+#include "kernels/attention_dy_codes.cuh"
 #include "kernels/attention_wgmma.cuh"
 #include "kernels/attention_wgmma_common.cuh"
 #include "kernels/device_facts.cuh"
@@ -37,11 +39,11 @@ constexpr int smem_bytes(DqLayout layout) { return kSmemBytes + (layout == DqLay
 // into rows, or through the dQ tile in shared memory, added by one bulk asynchronous reduction
 // (cp.reduce.async.bulk) into dq_accum's 64 x 64 tile of (b*h, query block). kCodes: qkv is read from E4M3 codes
 // with a scale per row (AttentionQkv), dequantized into the same tiles as they load (through registers).
-template <int kMinBlocks, DqLayout kLayout, bool kCodes, StepOrder kOrder>
+template <int kMinBlocks, DqLayout kLayout, bool kCodes, StepOrder kOrder, bool kDy>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     attention_backward_wgmma_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
                                     AttentionQkv qkv, const float* lse, int BH, int T, int NH, int group, float scale,
-                                    bool accumulate) {
+                                    bool accumulate, AttentionDyCodes dy) {
   constexpr bool kTiles = kLayout == DqLayout::tiles;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -231,43 +233,51 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 
   if (kTiles && blk.lane == 0) bulk_wait_all();  // shared memory must outlive each warp's last reduction's read
-
-  // dK (scaled) and dV added into dqkv (written over it unless `accumulate`): rows key_lo + g (+ 8), channels
-  // 8 j + 2 t (+ 1).
+  if constexpr (kDy) {  // dK and dV as the qkv linear's dy codes (kernels/attention_dy_codes.cuh), not into dqkv
+    __syncthreads();    // every warp is past its last MMAs' wait: the two Q stages hold the codes' tiles
+    write_dkv_codes(dk, dv, scale, dy, sQ, blk.b, blk.h, blk.k0, T, blk.C, int64_t{BH / NH} * T, blk.warp, blk.g,
+                    blk.t);
+  } else {
+    // dK (scaled) and dV added into dqkv (written over it unless `accumulate`): rows key_lo + g (+ 8), channels
+    // 8 j + 2 t (+ 1).
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int ki = blk.key_lo + blk.g + 8 * r;
-    if (ki >= T) continue;
-    bf16* dk_dst = dqkv + (int64_t{blk.b} * T + ki) * blk.ld + blk.C + blk.h * kHs + 2 * blk.t;
-    bf16* dv_dst = dk_dst + blk.C;
+    for (int r = 0; r < 2; ++r) {
+      const int ki = blk.key_lo + blk.g + 8 * r;
+      if (ki >= T) continue;
+      bf16* dk_dst = dqkv + (int64_t{blk.b} * T + ki) * blk.ld + blk.C + blk.h * kHs + 2 * blk.t;
+      bf16* dv_dst = dk_dst + blk.C;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      auto* pk = reinterpret_cast<__nv_bfloat162*>(dk_dst + 8 * j);
-      auto* pv = reinterpret_cast<__nv_bfloat162*>(dv_dst + 8 * j);
-      const float2 ok = accumulate ? __bfloat1622float2(*pk) : float2{0.0f, 0.0f};
-      const float2 ov = accumulate ? __bfloat1622float2(*pv) : float2{0.0f, 0.0f};
-      *pk = __floats2bfloat162_rn(ok.x + scale * dk[j][2 * r], ok.y + scale * dk[j][2 * r + 1]);
-      *pv = __floats2bfloat162_rn(ov.x + dv[j][2 * r], ov.y + dv[j][2 * r + 1]);
+      for (int j = 0; j < 8; ++j) {
+        auto* pk = reinterpret_cast<__nv_bfloat162*>(dk_dst + 8 * j);
+        auto* pv = reinterpret_cast<__nv_bfloat162*>(dv_dst + 8 * j);
+        const float2 ok = accumulate ? __bfloat1622float2(*pk) : float2{0.0f, 0.0f};
+        const float2 ov = accumulate ? __bfloat1622float2(*pv) : float2{0.0f, 0.0f};
+        *pk = __floats2bfloat162_rn(ok.x + scale * dk[j][2 * r], ok.y + scale * dk[j][2 * r + 1]);
+        *pv = __floats2bfloat162_rn(ov.x + dv[j][2 * r], ov.y + dv[j][2 * r + 1]);
+      }
     }
   }
 }
 
 #else  // not sm_90a: never launched (attention_wgmma_available() is false)
 
-template <int kMinBlocks, DqLayout kLayout, bool kCodes, StepOrder kOrder>
+template <int kMinBlocks, DqLayout kLayout, bool kCodes, StepOrder kOrder, bool kDy>
 __global__ void attention_backward_wgmma_kernel(bf16*, float*, const float*, const bf16*, AttentionQkv, const float*,
-                                                int, int, int, int, float, bool) {
+                                                int, int, int, int, float, bool, AttentionDyCodes) {
   __trap();
 }
 
 #endif
 
-template <int kMinBlocks, DqLayout kLayout, bool kCodes = false, StepOrder kOrder = kProductOrder>
+// kDy: dK and dV go to dy's codes (AttentionDyCodes), not into dqkv.
+template <int kMinBlocks, DqLayout kLayout, bool kCodes = false, StepOrder kOrder = kProductOrder, bool kDy = false>
 void launch_backward_wgmma(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const AttentionQkv& qkv,
                            const float* lse, int B, int T, int NH, float scale, cudaStream_t stream,
-                           bool accumulate = true) {
+                           bool accumulate = true, const AttentionDyCodes& dy = {}) {
   FP8T_CHECK((qkv.e4m3 != nullptr) == kCodes, "launch_backward_wgmma: qkv's form does not match the kernel");
-  auto* kernel = attention_backward_wgmma_kernel<kMinBlocks, kLayout, kCodes, kOrder>;
+  FP8T_CHECK(!kDy || (dy.scale != nullptr && !accumulate),
+             "launch_backward_wgmma: dy codes need a scale, and accumulate false");
+  auto* kernel = attention_backward_wgmma_kernel<kMinBlocks, kLayout, kCodes, kOrder, kDy>;
   static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
   const int slots = resident.get([kernel] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(kLayout)));
@@ -278,7 +288,7 @@ void launch_backward_wgmma(bf16* dqkv, float* dq_accum, const float* delta, cons
   const int BH = B * NH, n_kb = ceil_div(T, kKeys);
   kernel<<<BH * n_kb, kThreads, smem_bytes(kLayout), stream>>>(dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH,
                                                               backward_group(BH, n_kb, T, kHs, slots), scale,
-                                                              accumulate);
+                                                              accumulate, dy);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,7 @@
 // The FP8 amax pass (with the cast prologues), the device scale update from an amax, and the per-tensor
 // dequantize (also from transposed codes), beside the casts of kernels/fp8_cast.cu.
+#include <algorithm>
+
 #include "core/launch_limits.h"
 #include "kernels/fp8_cast_common.cuh"
 
@@ -97,7 +99,29 @@ int grid_for(int64_t work_items) {
 }
 
 
+// fp8_add_cast_stats: a grid-stride loop over the column sums; thread 0 of block 0 adds amax and the count.
+__global__ void add_cast_stats_kernel(const float* kept, int64_t cols, Fp8CastOutputs out) {
+  if (out.colsum) {
+    for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols; c += int64_t{gridDim.x} * blockDim.x)
+      out.colsum[c] += kept[c];
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    const float* stats = kept + cast_stats_amax_index(cols);
+    const unsigned amax = __float_as_uint(stats[0]);
+    const unsigned long long saturated = *reinterpret_cast<const unsigned long long*>(stats + 2);
+    if (out.amax && amax) atomicMax(reinterpret_cast<unsigned*>(out.amax), amax);
+    if (out.saturated && saturated) atomicAdd(out.saturated, saturated);
+  }
+}
+
 }  // namespace
+
+void fp8_add_cast_stats(const float* kept, int64_t cols, Fp8CastOutputs out, cudaStream_t stream) {
+  FP8T_CHECK(kept != nullptr && cols > 0, "fp8_add_cast_stats: no statistics to add ({} columns)", cols);
+  const int blocks = static_cast<int>(std::min<int64_t>((cols + 255) / 256, 1024));
+  add_cast_stats_kernel<<<blocks, 256, 0, stream>>>(kept, cols, out);
+  CUDA_CHECK_LAUNCH();
+}
 
 void fp8_amax(const void* in, DType in_dtype, int64_t n, float* amax, cudaStream_t stream, Fp8CastInput input,
               int64_t cols, Fp8CastOperands ops) {

@@ -79,6 +79,14 @@ void fp8_cast_saved_gelu_pair(const __nv_bfloat16* in, int64_t rows, int64_t col
                               uint8_t* gelu_t, Fp8Format format, const float* scale, const float* gelu_scale,
                               Fp8CastOutputs stats, const Fp8CastOperands& ops, cudaStream_t stream);
 
+// A cast's statistics kept aside by a kernel that wrote the cast's codes itself (the attention backward's dy codes,
+// kernels/attention.cuh; autograd/variable.h's PendingGrad::dy_stats): cols f32 column sums, then at the next even
+// index the amax (f32) and, two floats on, the saturation count (u64), all zero to start; cast_stats_floats(cols)
+// floats. fp8_add_cast_stats adds them into out as the cast would have: colsum += sums, amax = max, saturated +=.
+inline constexpr int64_t cast_stats_amax_index(int64_t cols) { return (cols + 1) / 2 * 2; }
+inline constexpr int64_t cast_stats_floats(int64_t cols) { return cast_stats_amax_index(cols) + 4; }
+void fp8_add_cast_stats(const float* kept, int64_t cols, Fp8CastOutputs out, cudaStream_t stream);
+
 // out (n) bf16 = fp8_to_float(codes[i]) * *scale_inv, rounded to nearest even (as the host codec).
 void fp8_dequantize(const uint8_t* codes, Fp8Format format, int64_t n, const float* scale_inv, __nv_bfloat16* out,
                     cudaStream_t stream);

@@ -31,7 +31,7 @@ std::string multi_index(const Shape& shape, int64_t i) {
 // The gradient a cell holds: written, or pending (its operand); null when there is none yet.
 const Tensor* held_grad(const GradCell& cell) {
   if (cell.grad.defined()) return &cell.grad;
-  if (cell.pending.defined()) return &cell.pending.operand;
+  if (cell.pending.operand.defined()) return &cell.pending.operand;  // not a pending cast gradient (its codes)
   return nullptr;
 }
 

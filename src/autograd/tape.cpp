@@ -30,7 +30,7 @@ void settle_grad(GradCell& cell) {
   FP8T_CHECK(!cell.grad.defined(), "settle_grad: a gradient both written and pending");
   PendingGrad p = std::move(cell.pending);
   cell.pending = PendingGrad{};
-  cell.grad = p.materialize(p.operand, p.input());
+  cell.grad = p.materialize(p.operand, p.input ? p.input() : Tensor());
   if (p.then) p.then(false);
 }
 

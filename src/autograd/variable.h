@@ -30,7 +30,21 @@ struct PendingGrad {
   // gradient calls then() exactly once (settle_grad does, with false).
   Tensor gelu_t, gelu_scale;
   std::function<void(bool written)> then;
-  bool defined() const { return operand.defined(); }
+  // Or v's gradient already cast as its producer asked (GradCell::fp8_dy): E5M2 codes (rows, cols) and / or codes_t
+  // (cols, rows) with the producer's scale, and `dy_stats`, what that cast would have added to its statistics
+  // (kernels/fp8_cast.cuh: cast_stats_floats), for the producer to add into its own. operand and input are then
+  // undefined, and materialize(Tensor(), Tensor()) writes the bf16 gradient instead, exactly (it runs the op's
+  // backward again).
+  Tensor dy_codes, dy_codes_t, dy_stats;
+  bool defined() const { return operand.defined() || dy_codes.defined() || dy_codes_t.defined(); }
+};
+
+// Set by an FP8 linear's forward on its output v's cell where its backward would cast v's gradient to E5M2 with a
+// scale known before the cast (ops/fp8_linear_cuda.cpp): the op that computes that gradient may leave it pending as
+// those codes (PendingGrad::dy_codes) instead of bf16; the attention backward does (ops/attention.cpp).
+struct Fp8DyRequest {
+  const float* scale = nullptr;          // on the device, valid for the step: codes = to_fp8(bf16(dy) * *scale)
+  bool codes = false, codes_t = false;   // what the linear's backward reads: dgrad's operand, wgrad's
 };
 
 // A Var's gradient, in a cell of its own so a backward closure can hold it (GradRef) without keeping
@@ -39,6 +53,7 @@ struct GradCell {
   Tensor grad;               // allocated on first accumulation, or a view of the flat gradient buffer
   PendingGrad pending;       // a gradient kept unwritten (grad is then undefined)
   bool takes_pending = false;  // set by the Var's producer in forward: its backward consumes `pending`
+  std::shared_ptr<const Fp8DyRequest> fp8_dy;  // set by the Var's producer in forward, with takes_pending
   // Where set, supplies `grad` (zero-filled) when it is first needed instead of a fresh tensor: a
   // parameter whose gradient lives in a staging bucket allocated on demand (ZeRO-2, dist/zero.h).
   // Such a gradient counts as existing (grad_exists), so ops accumulate into it and never assign one.

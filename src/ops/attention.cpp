@@ -1,4 +1,5 @@
 // The causal self-attention op over packed qkv, its input optionally stored as FP8.
+#include "autograd/finite_watch.h"
 #include "ops/attention_cuda.h"
 #include "ops/cpu/attention.h"
 #include "ops/op_common.h"
@@ -53,18 +54,41 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
             // The kernels write qkv's gradient when it has none yet (no zero fill first), else add to it. They
             // read qkv from its codes (read_codes) or as bf16, and O from its codes or as bf16.
             const bool accumulate = grad_exists(qg);
-            if (!accumulate) qg.cell->grad = Tensor::empty(qg.shape, qg.dtype, qg.device, MemCategory::activations);
-            Tensor& dqkv = qg.cell->grad;
-            const auto run = [&](const auto& q) {
-              if (out_codes)
-                cuda_ops::attention_backward(dqkv, dout, q, *out_codes, lse, n_head, accumulate);
+            const Tensor qv = read_codes ? Tensor() : qkv_value();
+            const Tensor ov = out_codes ? Tensor() : value_of(y);
+            const QuantizedTensor oc = out_codes ? *out_codes : QuantizedTensor();
+            const bool has_oc = out_codes != nullptr;
+            auto run = [qv, saved, ov, oc, has_oc, read_codes, dout, lse, n_head](Tensor& dqkv, bool acc) {
+              if (read_codes && has_oc)
+                cuda_ops::attention_backward(dqkv, dout, saved, oc, lse, n_head, acc);
+              else if (read_codes)
+                cuda_ops::attention_backward(dqkv, dout, saved, ov, lse, n_head, acc);
+              else if (has_oc)
+                cuda_ops::attention_backward(dqkv, dout, qv, oc, lse, n_head, acc);
               else
-                cuda_ops::attention_backward(dqkv, dout, q, value_of(y), lse, n_head, accumulate);
+                cuda_ops::attention_backward(dqkv, dout, qv, ov, lse, n_head, acc);
             };
-            if (read_codes)
-              run(saved);
-            else
-              run(qkv_value());
+            // qkv's producer, an FP8 linear, may take the gradient as its own dy cast's codes (Fp8DyRequest): the
+            // kernels write those instead of bf16, and the cast's pass over the gradient is saved. Not under a
+            // FiniteWatch (it reads every gradient as written). Another reader of the gradient before the producer
+            // takes it gets the bf16 gradient, computed again (materialize).
+            const Fp8DyRequest* request = accumulate || finite_watch() ? nullptr : qg.cell->fp8_dy.get();
+            if (request && cuda_ops::attention_writes_dy_codes(qg.shape, n_head)) {
+              const cuda_ops::AttentionSaved forms{.qkv = read_codes ? nullptr : &qv,
+                                                   .qkv_codes = read_codes ? &saved : nullptr,
+                                                   .out = has_oc ? nullptr : &ov,
+                                                   .out_codes = has_oc ? &oc : nullptr};
+              PendingGrad p = cuda_ops::attention_backward_dy_codes(*request, dout, forms, lse, n_head);
+              p.materialize = [run, shape = qg.shape, device = qg.device](const Tensor&, const Tensor&) {
+                Tensor g = Tensor::empty(shape, DType::bf16, device, MemCategory::activations);
+                run(g, false);
+                return g;
+              };
+              qg.cell->pending = std::move(p);
+              return;
+            }
+            if (!accumulate) qg.cell->grad = Tensor::empty(qg.shape, qg.dtype, qg.device, MemCategory::activations);
+            run(qg.cell->grad, accumulate);
           },
           [&]<typename F>() {
             const Tensor qv = qkv_value();

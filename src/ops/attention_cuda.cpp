@@ -2,6 +2,7 @@
 // take the backward's scratch from the caching allocator, then call kernels/attention.cuh on the compute stream.
 #include "ops/attention_cuda.h"
 
+#include "core/cuda_check.h"
 #include "kernels/attention.cuh"
 #include "kernels/stream.cuh"
 #include "ops/op_checks.h"
@@ -68,30 +69,33 @@ k::AttentionQkv codes_of(const char* op, const QuantizedTensor& qkv) {
 }
 
 // Both forms of qkv and out: checks the rest (qkv_shape (B, T, 3C) on `device`), takes the scratch from the caching
-// allocator (served from the pool after the first step) and runs the backward.
-void backward(const char* op, Tensor& dqkv, const Tensor& dout, const k::AttentionQkv& qkv, const Shape& qkv_shape,
+// allocator (served from the pool after the first step) and runs the backward, into dqkv or (dqkv null) dy's codes.
+void backward(const char* op, Tensor* dqkv, const Tensor& dout, const k::AttentionQkv& qkv, const Shape& qkv_shape,
               Device device, const k::AttentionOut& out, const Tensor& lse, int n_head,
-              const k::AttentionKernels& kernels, bool accumulate) {
-  expect(dqkv, DType::bf16, op, "dqkv");
+              const k::AttentionKernels& kernels, bool accumulate, const k::AttentionDyCodes* dy = nullptr) {
   expect(dout, DType::bf16, op, "dout");
   expect(lse, DType::f32, op, "lse");
   const int64_t B = qkv_shape[0], T = qkv_shape[1], C = qkv_shape[2] / 3;
-  expect_shape(dqkv, qkv_shape, op, "dqkv");
+  if (dqkv) {
+    expect(*dqkv, DType::bf16, op, "dqkv");
+    expect_shape(*dqkv, qkv_shape, op, "dqkv");
+    FP8T_CHECK(dqkv->device() == device, "{}: dqkv is on {}, qkv on {}", op, dqkv->device().str(), device.str());
+  }
+  FP8T_CHECK(dqkv || dy, "{}: neither dqkv nor dy codes to write", op);
   expect_shape(dout, {B, T, C}, op, "dout");
   expect_numel(lse, B * n_head * T, op, "lse");
-  FP8T_CHECK(dqkv.device() == device, "{}: dqkv is on {}, qkv on {}", op, dqkv.device().str(), device.str());
   const int64_t dq_floats = k::attention_dq_scratch_floats(to_int(B, op, "B"), to_int(T, op, "T"), n_head,
                                                           to_int(C / n_head, op, "HS"), kernels);
   Tensor dq_accum = Tensor::empty({dq_floats}, DType::f32, device, MemCategory::activations);
   Tensor delta = Tensor::empty({B, n_head, T}, DType::f32, device, MemCategory::activations);
-  k::attention_backward(dqkv.data<bf16>(), dq_accum.data<float>(), delta.data<float>(), dout.data<bf16>(), qkv, out,
-                        lse.data<float>(), to_int(B, op, "B"), to_int(T, op, "T"), n_head,
-                        to_int(C / n_head, op, "HS"), k::compute_stream(), kernels, accumulate);
+  k::attention_backward(dqkv ? dqkv->data<bf16>() : nullptr, dq_accum.data<float>(), delta.data<float>(),
+                        dout.data<bf16>(), qkv, out, lse.data<float>(), to_int(B, op, "B"), to_int(T, op, "T"),
+                        n_head, to_int(C / n_head, op, "HS"), k::compute_stream(), kernels, accumulate, dy);
 }
 void backward(const char* op, Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const k::AttentionOut& out,
               const Tensor& lse, int n_head, const k::AttentionKernels& kernels, bool accumulate) {
   expect(qkv, DType::bf16, op, "qkv");
-  backward(op, dqkv, dout, k::AttentionQkv{.bf16 = qkv.data<bf16>()}, qkv.shape(), qkv.device(), out, lse, n_head,
+  backward(op, &dqkv, dout, k::AttentionQkv{.bf16 = qkv.data<bf16>()}, qkv.shape(), qkv.device(), out, lse, n_head,
            kernels, accumulate);
 }
 
@@ -139,7 +143,7 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const QuantizedTensor&
                         const Tensor& lse, int n_head, bool accumulate) {
   const char* op = "attention_backward";
   const k::AttentionQkv codes = codes_of(op, qkv);
-  backward(op, dqkv, dout, codes, qkv.codes.shape(), qkv.device(),
+  backward(op, &dqkv, dout, codes, qkv.codes.shape(), qkv.device(),
            out_of(op, out, out_shape(op, qkv.codes, n_head)), lse, n_head, k::AttentionKernels{}, accumulate);
 }
 
@@ -147,7 +151,7 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const QuantizedTensor&
                         const Tensor& lse, int n_head, bool accumulate) {
   const char* op = "attention_backward";
   const k::AttentionQkv codes = codes_of(op, qkv);
-  backward(op, dqkv, dout, codes, qkv.codes.shape(), qkv.device(),
+  backward(op, &dqkv, dout, codes, qkv.codes.shape(), qkv.device(),
            out_of(op, out, out_shape(op, qkv.codes, n_head), qkv.device()), lse, n_head, k::AttentionKernels{},
            accumulate);
 }
@@ -160,6 +164,45 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const QuantizedTensor& out,
                         const Tensor& lse, int n_head, bool accumulate) {
   attention_backward(dqkv, dout, qkv, out, lse, n_head, k::AttentionKernels{}, accumulate);
+}
+
+bool attention_writes_dy_codes(const Shape& qkv_shape, int n_head) {
+  if (qkv_shape.size() != 3 || n_head <= 0 || qkv_shape[2] % (3 * int64_t{n_head}) != 0) return false;
+  return k::attention_writes_dy_codes(static_cast<int>(qkv_shape[2] / (3 * int64_t{n_head})));
+}
+
+PendingGrad attention_backward_dy_codes(const Fp8DyRequest& request, const Tensor& dout, const AttentionSaved& saved,
+                                        const Tensor& lse, int n_head) {
+  const char* op = "attention_backward (dy codes)";
+  FP8T_CHECK((saved.qkv != nullptr) != (saved.qkv_codes != nullptr) &&
+                 (saved.out != nullptr) != (saved.out_codes != nullptr),
+             "{}: qkv and out must each be given in one form", op);
+  FP8T_CHECK(request.scale && (request.codes || request.codes_t), "{}: the request asks for no codes", op);
+  if (saved.qkv) expect(*saved.qkv, DType::bf16, op, "qkv");
+  const Tensor& qkv_t = saved.qkv ? *saved.qkv : saved.qkv_codes->codes;
+  const k::AttentionQkv qkv =
+      saved.qkv ? k::AttentionQkv{.bf16 = saved.qkv->data<bf16>()} : codes_of(op, *saved.qkv_codes);
+  const Device device = qkv_t.device();
+  const Shape oshape = out_shape(op, qkv_t, n_head);
+  const k::AttentionOut out = saved.out ? out_of(op, *saved.out, oshape) : out_of(op, *saved.out_codes, oshape, device);
+  FP8T_CHECK(attention_writes_dy_codes(qkv_t.shape(), n_head),
+             "{}: these kernels cannot write dy codes (attention_writes_dy_codes)", op);
+  const int64_t M = qkv_t.dim(0) * qkv_t.dim(1), cols = qkv_t.dim(2);
+  PendingGrad p;
+  if (request.codes) p.dy_codes = Tensor::empty({M, cols}, DType::e5m2, device, MemCategory::workspace);
+  if (request.codes_t) p.dy_codes_t = Tensor::empty({cols, M}, DType::e5m2, device, MemCategory::workspace);
+  p.dy_stats = Tensor::empty({k::cast_stats_floats(cols)}, DType::f32, device, MemCategory::workspace);
+  CUDA_CHECK(cudaMemsetAsync(p.dy_stats.raw(), 0, p.dy_stats.nbytes(), k::compute_stream()));
+  float* stats = p.dy_stats.data<float>();
+  k::AttentionDyCodes dy{.codes = request.codes ? p.dy_codes.data<uint8_t>() : nullptr,
+                         .codes_t = request.codes_t ? p.dy_codes_t.data<uint8_t>() : nullptr,
+                         .scale = request.scale,
+                         .stats = {.amax = stats + k::cast_stats_amax_index(cols),
+                                   .saturated = reinterpret_cast<unsigned long long*>(
+                                       stats + k::cast_stats_amax_index(cols) + 2),
+                                   .colsum = stats}};
+  backward(op, nullptr, dout, qkv, qkv_t.shape(), device, out, lse, n_head, k::AttentionKernels{}, false, &dy);
+  return p;
 }
 
 }  // namespace fp8t::cuda_ops

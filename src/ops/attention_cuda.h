@@ -2,6 +2,7 @@
 // without it sees the declarations alone and never calls them). qkv, out and their gradients bf16, lse f32;
 // backward ACCUMULATES into dqkv unless told to write it. Launches go on the current compute stream.
 #pragma once
+#include "autograd/variable.h"
 #include "core/tensor.h"
 #include "fp8/quantized_tensor.h"
 
@@ -40,5 +41,20 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const QuantizedTensor&
                         const Tensor& lse, int n_head, bool accumulate = true);
 void attention_backward(Tensor& dqkv, const Tensor& dout, const QuantizedTensor& qkv, const QuantizedTensor& out,
                         const Tensor& lse, int n_head, bool accumulate = true);
+
+// qkv's gradient as the E5M2 codes its producer, an FP8 linear, asked for (Fp8DyRequest: its dy operands, with its
+// scale), left pending for that linear's backward: PendingGrad's dy_codes / dy_codes_t and dy_stats (materialize is
+// the caller's to set). Each code is what the bf16 gradient of attention_backward (accumulate false) followed by the
+// linear's own cast would give. Only where attention_writes_dy_codes(qkv's shape, n_head): the warpgroup-MMA kernels
+// (head size 64, Hopper, sm_90a build). qkv and out each in one of the forms above (the other null).
+struct AttentionSaved {
+  const Tensor* qkv = nullptr;
+  const QuantizedTensor* qkv_codes = nullptr;
+  const Tensor* out = nullptr;
+  const QuantizedTensor* out_codes = nullptr;
+};
+bool attention_writes_dy_codes(const Shape& qkv_shape, int n_head);
+PendingGrad attention_backward_dy_codes(const Fp8DyRequest& request, const Tensor& dout, const AttentionSaved& saved,
+                                        const Tensor& lse, int n_head);
 
 }  // namespace fp8t::cuda_ops

@@ -132,6 +132,75 @@ void wgrad(const Fp8LinearSaved& s, const QuantizedTensor& dyq, const QuantizedT
                                 static_cast<int>(s.IC), static_cast<int>(s.OC), /*accumulate=*/true, stream);
 }
 
+// dgrad by the input's prologue, then wgrad, from dy's codes.
+void dgrad_and_wgrad(const Fp8LinearSaved& s, const QuantizedTensor& dyq, cudaStream_t stream) {
+  const bool need_dx = s.x_needs_grad, need_dw = s.w->requires_grad;
+  const int64_t M = s.M;
+  Fp8LinearState& st = *s.st;
+  if (need_dx) {
+    const GradRef& xg = s.x_grad;
+    if (s.prologue.kind == k::Fp8CastInput::layernorm)
+      dgrad_layernorm(s, dyq, stream);
+    else if (s.prologue.kind == k::Fp8CastInput::gelu && xg.cell->takes_pending && xg.dtype == DType::bf16 &&
+             !grad_exists(xg))
+      dgrad_gelu_pending(s, dyq, stream);
+    else
+      dgrad_into_x(s, dyq, stream);
+  }
+  if (need_dw) {
+    // fp8_all's fc2 whose dgrad left x's (the GELU input's) gradient pending with its codes: the wgrad waits for
+    // x's producer, whose dy cast reads those codes and writes gelu(x)'s transposed codes, the wgrad's operand, in
+    // the same pass (PendingGrad::then); else (written false) it casts them itself, as here below.
+    PendingGrad& p = s.x_grad.cell->pending;
+    if (s.recast_xt && s.prologue.kind == k::Fp8CastInput::gelu && need_dx && p.defined() &&
+        p.input_codes.defined() && !p.then) {
+      const QuantizedTensor xt = per_tensor_codes(M, s.IC, fp8_dtype(st.formats.forward), dyq.device(), false, true,
+                                                  MemCategory::workspace, MemCategory::workspace, s.x_fp8.scale_inv);
+      p.gelu_t = xt.codes_t;
+      p.gelu_scale = s.x_scale;
+      Fp8LinearSaved later = s;
+      later.x_grad = GradRef{};  // the closure lives in x's gradient cell: no reference back to it
+      QuantizedTensor dyq_t = dyq;
+      dyq_t.codes = Tensor();  // dgrad is done: only the transposed codes wait
+      p.then = [later = std::move(later), dyq_t = std::move(dyq_t), xt](bool written) {
+        const cudaStream_t st_stream = k::compute_stream();
+        wgrad(later, dyq_t, written ? xt : x_codes_t(later, st_stream), st_stream);
+      };
+    } else {
+      wgrad(s, dyq, x_codes_t(s, stream), stream);
+    }
+  }
+}
+
+// dy as the op that computed it left it (PendingGrad::dy_codes, at this linear's Fp8DyRequest): already cast with
+// this linear's scale; the statistics and column sums that cast would have added go where its own cast puts them.
+QuantizedTensor take_cast_dy(const Fp8LinearSaved& s, const PendingGrad& p, float* db, cudaStream_t stream) {
+  Fp8LinearState& st = *s.st;
+  const int64_t M = s.M, OC = s.OC;
+  const DType dt = fp8_dtype(st.formats.backward);
+  const Tensor& any = p.dy_codes.defined() ? p.dy_codes : p.dy_codes_t;
+  FP8T_CHECK((p.dy_codes.defined() || !s.x_needs_grad) && (p.dy_codes_t.defined() || !s.w->requires_grad) &&
+                 (!p.dy_codes.defined() || (p.dy_codes.shape() == Shape{M, OC} && p.dy_codes.dtype() == dt)) &&
+                 (!p.dy_codes_t.defined() || (p.dy_codes_t.shape() == Shape{OC, M} && p.dy_codes_t.dtype() == dt)) &&
+                 p.dy_stats.numel() == kernels::cast_stats_floats(OC) && p.dy_stats.dtype() == DType::f32,
+             "fp8_linear ({}): the output gradient left as codes ({}, {}, statistics {}) is not this backward's dy "
+             "({} x {} {}, {} and {} needed)",
+             st.name, p.dy_codes.defined() ? p.dy_codes.str() : "no codes",
+             p.dy_codes_t.defined() ? p.dy_codes_t.str() : "no transposed codes", p.dy_stats.str(), M, OC,
+             dtype_name(dt), s.x_needs_grad ? "codes" : "no codes", s.w->requires_grad ? "codes_t" : "no codes_t");
+  Fp8DeviceSlot* sdy = slot(st.device.slots(any.device(), st.metas()), Fp8Role::grad_output);
+  k::Fp8CastOutputs stats = stats_into(sdy);
+  stats.colsum = db;
+  k::fp8_add_cast_stats(p.dy_stats.data<float>(), OC, stats, stream);
+  st.device.mark_pending(Fp8Role::grad_output);
+  QuantizedTensor q = per_tensor_codes(M, OC, dt, any.device(), false, false, MemCategory::workspace,
+                                       MemCategory::workspace,
+                                       st.device.scales_view(Fp8Role::grad_output).slice_flat(0, {1}));
+  q.codes = p.dy_codes;
+  q.codes_t = p.dy_codes_t;
+  return q;
+}
+
 }  // namespace
 
 void backward_stage(const Fp8LinearSaved& s) {
@@ -142,6 +211,13 @@ void backward_stage(const Fp8LinearSaved& s) {
   // prologue: y's gradient is then never written. The bias-only path below has no cast and writes it.
   PendingGrad pending;
   if ((need_dx || need_dw) && s.yg.cell->pending.defined()) std::swap(pending, s.yg.cell->pending);
+  if (pending.dy_codes.defined() || pending.dy_codes_t.defined()) {
+    const cudaStream_t stream = k::compute_stream();
+    ops_detail::GradSink db_sink(s.b, DType::f32);
+    dgrad_and_wgrad(s, take_cast_dy(s, pending, db_sink.ptr<float>(), stream), stream);
+    db_sink.commit();
+    return;
+  }
   const Tensor dy_full = pending.defined() ? pending.operand : grad_of(s.yg);
   expect_cuda(dy_full, DType::bf16, "the output gradient", st.name);
   const int64_t M = s.M, OC = s.OC;
@@ -201,39 +277,7 @@ void backward_stage(const Fp8LinearSaved& s) {
                 dy_ops);
   st.device.mark_pending(Fp8Role::grad_output);
   if (pending.then) pending.then(pair);
-  if (need_dx) {
-    const GradRef& xg = s.x_grad;
-    if (s.prologue.kind == k::Fp8CastInput::layernorm)
-      dgrad_layernorm(s, dyq, stream);
-    else if (s.prologue.kind == k::Fp8CastInput::gelu && xg.cell->takes_pending && xg.dtype == DType::bf16 &&
-             !grad_exists(xg))
-      dgrad_gelu_pending(s, dyq, stream);
-    else
-      dgrad_into_x(s, dyq, stream);
-  }
-  if (need_dw) {
-    // fp8_all's fc2 whose dgrad left x's (the GELU input's) gradient pending with its codes: the wgrad waits for
-    // x's producer, whose dy cast reads those codes and writes gelu(x)'s transposed codes, the wgrad's operand, in
-    // the same pass (PendingGrad::then); else (written false) it casts them itself, as here below.
-    PendingGrad& p = s.x_grad.cell->pending;
-    if (s.recast_xt && s.prologue.kind == k::Fp8CastInput::gelu && need_dx && p.defined() &&
-        p.input_codes.defined() && !p.then) {
-      const QuantizedTensor xt = per_tensor_codes(M, s.IC, fp8_dtype(st.formats.forward), dy.device(), false, true,
-                                                  MemCategory::workspace, MemCategory::workspace, s.x_fp8.scale_inv);
-      p.gelu_t = xt.codes_t;
-      p.gelu_scale = s.x_scale;
-      Fp8LinearSaved later = s;
-      later.x_grad = GradRef{};  // the closure lives in x's gradient cell: no reference back to it
-      QuantizedTensor dyq_t = dyq;
-      dyq_t.codes = Tensor();  // dgrad is done: only the transposed codes wait
-      p.then = [later = std::move(later), dyq_t = std::move(dyq_t), xt](bool written) {
-        const cudaStream_t st_stream = k::compute_stream();
-        wgrad(later, dyq_t, written ? xt : x_codes_t(later, st_stream), st_stream);
-      };
-    } else {
-      wgrad(s, dyq, x_codes_t(s, stream), stream);
-    }
-  }
+  dgrad_and_wgrad(s, dyq, stream);
   db_sink.commit();
 }
 

@@ -174,6 +174,13 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   // The backward casts dy (for dgrad or wgrad) and can apply a pending GELU backward in that cast
   // (Fp8CastInput::dgelu): an FP8 linear with a GELU input that reads y leaves y's gradient so.
   y->grad_cell->takes_pending = in_needs_grad || w->requires_grad;
+  // The op that computes y's gradient may write it as this backward's dy codes itself (Fp8DyRequest, the
+  // attention backward does): where the dy scale is known before the cast and the backward format is E5M2.
+  if (y->grad_cell->takes_pending && st.formats.backward == Fp8Format::e5m2 &&
+      !st.grad_output.recipe->scale_from_tensor())
+    y->grad_cell->fp8_dy = std::make_shared<const Fp8DyRequest>(
+        Fp8DyRequest{.scale = &slot(slots, Fp8Role::grad_output)->scale, .codes = in_needs_grad,
+                     .codes_t = w->requires_grad});
   Fp8LinearSaved s;
   s.st = &st;
   s.x_grad = grad_ref(x);

@@ -96,6 +96,7 @@ TEST_CASE("autograd: the CPU FP8 MLP leaves no gradient pending", "[autograd][fp
     y = fp8_linear_gelu(pre, w2, b2, fc2);
   }
   CHECK_FALSE(pre->grad_cell->takes_pending);
+  CHECK_FALSE(pre->grad_cell->fp8_dy);  // nor asked for its gradient as FP8 codes (a CUDA-only pass)
   fill_(grad_of(y), 1.0f);
   {
     TapeScope none(nullptr);
@@ -104,4 +105,25 @@ TEST_CASE("autograd: the CPU FP8 MLP leaves no gradient pending", "[autograd][fp
   CHECK(pre->grad.defined());
   CHECK_FALSE(pre->grad_cell->pending.defined());
   CHECK(b1->grad.defined());
+}
+
+TEST_CASE("autograd: a gradient pending as cast codes is written by its materialize alone", "[autograd]") {
+  // The codes form (an FP8 linear's dy, cast by the op that computed it): no operand and no input; whoever else
+  // reads the gradient gets what materialize writes (that op's backward run again), once, and the codes go.
+  Var v = make_var(Tensor::from_vector({0.0f, 0.0f}, {2}), true);
+  int writes = 0;
+  PendingGrad& p = v->grad_cell->pending;
+  p.dy_codes_t = Tensor::from_vector({1.0f, 2.0f}, {2});  // stands in for (cols, rows) codes
+  p.dy_stats = Tensor::from_vector({0.0f, 0.0f, 0.0f, 0.0f}, {4});
+  p.materialize = [&writes](const Tensor& op, const Tensor& in) {
+    ++writes;
+    CHECK_FALSE(op.defined());
+    CHECK_FALSE(in.defined());
+    return Tensor::from_vector({5.0f, 6.0f}, {2});
+  };
+  CHECK(p.defined());
+  CHECK(grad_of(v).to_float_vector() == std::vector<float>{5.0f, 6.0f});
+  CHECK(writes == 1);
+  CHECK_FALSE(v->grad_cell->pending.defined());
+  CHECK_FALSE(v->grad_cell->pending.dy_codes_t.defined());
 }

@@ -1,0 +1,85 @@
+// The attention backward's dQ pass writing qkv's Q gradient as dy codes (AttentionDyCodes, kernels/attention.cuh):
+// scale * dq_accum (DqLayout::tiles), rounded to bf16 as attention_backward_dq writes it, then encoded as the plain
+// E5M2 cast would encode that bf16 gradient, row-major and transposed, with the cast's statistics.
+#include "kernels/attention_backward_passes.cuh"
+#include "kernels/attention_dy_codes.cuh"
+#include "kernels/attention_wgmma.cuh"
+#include "kernels/cuda_common.cuh"
+
+namespace fp8t::kernels {
+namespace {
+
+constexpr int kDqThreads = 128;
+
+// One block per (b * NH + h, 64-row tile of T). Thread i takes channels 8 (i % 8) .. + 7 of tile rows
+// 4 (i / 8) .. + 3; dq_accum's tile (bh, tile) holds row 16 w + g + 8 r, channels 8 j .. 8 j + 7 at
+// ((w * 8 + j) * 2 + r) * 64 + 8 g (attention_dq_kernel's reading of the main pass's fragment order).
+__global__ void __launch_bounds__(kDqThreads) attention_dq_codes_kernel(const float* dq_accum, AttentionDyCodes dy,
+                                                                        int T, int NH, int64_t M, float scale) {
+  __shared__ __align__(16) uint8_t s_t[kDyTile * kDyTile];
+  __shared__ float s_cs[kDqThreads / 32][kDyTile];
+  const int n_tiles = ceil_div(T, kDyTile);
+  const int bh = static_cast<int>(blockIdx.x) / n_tiles, tile = static_cast<int>(blockIdx.x) % n_tiles;
+  const int b = bh / NH, h = bh % NH, C = NH * kDyTile, j = static_cast<int>(threadIdx.x) % 8;
+  const int64_t ld = 3 * int64_t{C};
+  const float* src_tile = dq_accum + (int64_t{bh} * n_tiles + tile) * kDyTile * kDyTile;
+  const float s = *dy.scale;
+  ThreadStats st;
+  float cs[8] = {};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int row = 4 * (static_cast<int>(threadIdx.x) / 8) + i, q = tile * kDyTile + row;
+    const bool inside = q < T;
+    const int w = row / 16, g = row % 8, r = (row / 8) % 2;
+    const float* src = src_tile + ((w * 8 + j) * 2 + r) * 64 + 8 * g;
+    const float4 a0 = reinterpret_cast<const float4*>(src)[0], a1 = reinterpret_cast<const float4*>(src)[1];
+    const float acc[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    float x[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      x[e] = inside ? bf16_rounded(0.0f + scale * acc[e]) : 0.0f;  // attention_dq_kernel's value, not accumulating
+      cs[e] += x[e];
+    }
+    const uint2 codes = convert8<kDyFormat>(x, s, st);
+    if (inside && dy.codes)
+      *reinterpret_cast<uint2*>(dy.codes + (int64_t{b} * T + q) * ld + h * kDyTile + 8 * j) = codes;
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      s_t[(8 * j + e) * kDyTile + row] = static_cast<uint8_t>((e < 4 ? codes.x : codes.y) >> (8 * (e % 4)));
+  }
+  // Column sums: lanes j, j + 8, j + 16, j + 24 of a warp share channels; then the 4 warps.
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    cs[e] += __shfl_xor_sync(0xffffffffu, cs[e], 8);
+    cs[e] += __shfl_xor_sync(0xffffffffu, cs[e], 16);
+    if (lane < 8) s_cs[warp][8 * j + e] = cs[e];
+  }
+  flush_warp_stats(st, dy.stats);
+  __syncthreads();
+  if (dy.codes_t)
+    store_codes_t<kDqThreads>(s_t, dy.codes_t, int64_t{h} * kDyTile, int64_t{b} * T + int64_t{tile} * kDyTile,
+                              min(kDyTile, T - tile * kDyTile), M);
+  if (dy.stats.colsum && threadIdx.x < kDyTile) {
+    const int c = static_cast<int>(threadIdx.x);
+    atomicAdd(dy.stats.colsum + h * kDyTile + c, s_cs[0][c] + s_cs[1][c] + s_cs[2][c] + s_cs[3][c]);
+  }
+}
+
+}  // namespace
+
+bool attention_writes_dy_codes(int HS, const AttentionKernels& kernels) {
+  return HS == kDyTile && kernels.wgmma && attention_wgmma_available();
+}
+
+void attention_backward_dq_codes(const float* dq_accum, const AttentionDyCodes& dy, int B, int T, int NH,
+                                 cudaStream_t stream) {
+  FP8T_CHECK(dy.scale && (dy.codes || dy.codes_t), "attention_backward_dq_codes: dy needs a scale and codes");
+  const int64_t blocks = int64_t{B} * NH * ceil_div(T, kDyTile);
+  FP8T_CHECK(blocks <= 0x7fffffff, "attention_backward_dq_codes: grid too large (B={} NH={} T={})", B, NH, T);
+  attention_dq_codes_kernel<<<static_cast<int>(blocks), kDqThreads, 0, stream>>>(
+      dq_accum, dy, T, NH, int64_t{B} * T, 1.0f / sqrtf(static_cast<float>(kDyTile)));
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace fp8t::kernels

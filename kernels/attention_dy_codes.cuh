@@ -1,0 +1,127 @@
+// Device helpers of the attention backward's dy codes (AttentionDyCodes, kernels/attention.cuh): the gradient of a
+// 64-row x 64-channel tile of qkv written as E5M2 codes, row-major and transposed, with the cast's statistics, by
+// the main pass (dK, dV: kernels/attention_wgmma_backward_kernel.cuh) and by the dQ pass
+// (kernels/attention_dy_codes.cu). Each code is convert8's (kernels/fp8_convert8.cuh), the plain cast's bit for bit.
+#pragma once
+#include <cstdint>
+
+#include "kernels/attention.cuh"
+#include "kernels/fp8_convert8.cuh"
+
+namespace fp8t::kernels {
+namespace {
+
+constexpr Fp8Format kDyFormat = Fp8Format::e5m2;  // the backward format of precision.fp8.format: hybrid
+constexpr int kDyTile = 64;                       // rows and channels of a tile
+
+// x rounded to bf16 and widened back (exact): the value the bf16 gradient would hold, which the cast reads.
+__device__ __forceinline__ float bf16_rounded(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// Byte k (0..15) of the sixteen codes two convert8 calls gave (lo: values 0-7, hi: 8-15).
+__device__ __forceinline__ uint8_t code_at(uint2 lo, uint2 hi, int k) {
+  const uint2 w = k < 8 ? lo : hi;
+  const uint32_t word = (k % 8) < 4 ? w.x : w.y;
+  return static_cast<uint8_t>(word >> (8 * (k % 4)));
+}
+
+// One warp's statistics into the cast's outputs: one atomic each per warp (lane 0), none for zeros.
+__device__ __forceinline__ void flush_warp_stats(ThreadStats s, const Fp8CastOutputs& out) {
+  const unsigned amax = __reduce_max_sync(0xffffffffu, s.amax_bits);
+  const unsigned saturated = __reduce_add_sync(0xffffffffu, s.saturated);
+  if (threadIdx.x % 32 == 0) {
+    if (out.amax && amax) atomicMax(reinterpret_cast<unsigned*>(out.amax), amax);
+    if (out.saturated && saturated) atomicAdd(out.saturated, static_cast<unsigned long long>(saturated));
+  }
+}
+
+// A staged tile of transposed codes, s_t[c * 64 + r] (channel c, row r), into codes_t (rows: the 3C channels, row
+// length M): rows c0 + c, columns r0 .. r0 + n_rows - 1. 16-byte stores where the destination allows, else bytes.
+// All `threads` threads of the block take part; s_t must be complete (after a barrier).
+template <int kThreadsT>
+__device__ __forceinline__ void store_codes_t(const uint8_t* s_t, uint8_t* codes_t, int64_t c0, int64_t r0,
+                                              int n_rows, int64_t M) {
+  const bool vec = (M % 16) == 0 && (r0 % 16) == 0;
+  constexpr int kChunksT = kDyTile * kDyTile / 16;
+#pragma unroll
+  for (int p = 0; p < kChunksT / kThreadsT; ++p) {
+    const int idx = p * kThreadsT + static_cast<int>(threadIdx.x), c = idx / 4, q = idx % 4;
+    const int first = 16 * q;
+    if (first >= n_rows) continue;
+    const uint8_t* src = s_t + c * kDyTile + first;
+    uint8_t* dst = codes_t + (c0 + c) * M + r0 + first;
+    if (vec && first + 16 <= n_rows) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int b = 0; b < 16 && first + b < n_rows; ++b) dst[b] = src[b];
+    }
+  }
+}
+
+// The main pass's dK (times the softmax scale) and dV of one block (64 keys from k0 of head h, batch b) as dy codes,
+// from the warpgroup's accumulators: thread (warp, g, t) holds keys k0 + 16 warp + g + 8 r, channels 8 j + 2 t + e
+// in dk[j][2 r + e] (and dv). x is the bf16 value the plain path writes (0 + scale * dk, 0 + dv), zero past T.
+// smem: 2 * 4096 + 2048 free bytes (16-byte aligned) for the transposed tiles and the column sums. All 128 threads
+// call it, once every MMA has read its tiles; it ends with a barrier of its own before the transposed stores.
+__device__ __forceinline__ void write_dkv_codes(const float (&dk)[8][4], const float (&dv)[8][4], float scale,
+                                                const AttentionDyCodes& dy, uint8_t* smem, int b, int h, int k0,
+                                                int T, int C, int64_t M, int warp, int g, int t) {
+  constexpr int kTileT = kDyTile * kDyTile;
+  const float s = *dy.scale;
+  const int64_t ld = 3 * int64_t{C};
+  float* s_cs = reinterpret_cast<float*>(smem + 2 * kTileT);  // [4 warps][128]: K's 64 channels, then V's
+  ThreadStats st;
+  float cs[2][16] = {};  // this thread's channels 8 j + 2 t + e (index 2 j + e) of K and V, over its two rows
+  auto encode = [&](const float (&acc)[8][4], float mul, int part, int r, int local, bool inside) {
+    float x0[8], x1[8];
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      const float v = inside ? bf16_rounded(0.0f + mul * acc[k / 2][2 * r + k % 2]) : 0.0f;
+      (k < 8 ? x0 : x1)[k % 8] = v;
+      cs[part][k] += v;
+    }
+    const uint2 lo = convert8<kDyFormat>(x0, s, st), hi = convert8<kDyFormat>(x1, s, st);
+    if (inside && dy.codes) {
+      uint8_t* row = dy.codes + (int64_t{b} * T + k0 + local) * ld + (part + 1) * int64_t{C} + h * kDyTile + 2 * t;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        *reinterpret_cast<uint16_t*>(row + 8 * j) =
+            static_cast<uint16_t>(code_at(lo, hi, 2 * j) | (code_at(lo, hi, 2 * j + 1) << 8));
+    }
+#pragma unroll
+    for (int k = 0; k < 16; ++k)  // channel 8 (k / 2) + 2 t + k % 2, row `local`
+      smem[part * kTileT + (8 * (k / 2) + 2 * t + k % 2) * kDyTile + local] = code_at(lo, hi, k);
+  };
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int local = 16 * warp + g + 8 * r;
+    const bool inside = k0 + local < T;
+    encode(dk, scale, 0, r, local, inside);
+    encode(dv, 1.0f, 1, r, local, inside);
+  }
+  // Column sums over the warp's 16 rows (lanes 4 g + t: g = 0 ends with them), then over the 4 warps.
+#pragma unroll
+  for (int part = 0; part < 2; ++part)
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      float v = cs[part][k];
+      v += __shfl_xor_sync(0xffffffffu, v, 4);
+      v += __shfl_xor_sync(0xffffffffu, v, 8);
+      v += __shfl_xor_sync(0xffffffffu, v, 16);
+      if (g == 0) s_cs[warp * 128 + part * 64 + 8 * (k / 2) + 2 * t + k % 2] = v;
+    }
+  flush_warp_stats(st, dy.stats);
+  __syncthreads();
+  const int n_rows = min(kDyTile, T - k0);
+  if (dy.codes_t) {
+    store_codes_t<128>(smem, dy.codes_t, C + h * kDyTile, int64_t{b} * T + k0, n_rows, M);
+    store_codes_t<128>(smem + kTileT, dy.codes_t, 2 * int64_t{C} + h * kDyTile, int64_t{b} * T + k0, n_rows, M);
+  }
+  if (dy.stats.colsum && threadIdx.x < 128) {
+    const int c = static_cast<int>(threadIdx.x);
+    const float sum = s_cs[c] + s_cs[128 + c] + s_cs[256 + c] + s_cs[384 + c];
+    atomicAdd(dy.stats.colsum + (c < 64 ? C : 2 * C - 64) + h * kDyTile + c, sum);
+  }
+}
+
+}  // namespace
+}  // namespace fp8t::kernels
