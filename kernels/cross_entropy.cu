@@ -3,6 +3,7 @@
 // in place, scaled by a loss gradient it reads from device memory (no host round trip).
 #include "kernels/cross_entropy.cuh"
 #include "kernels/cuda_common.cuh"
+#include "kernels/fp8_convert8.cuh"
 
 namespace fp8t::kernels {
 namespace {
@@ -101,6 +102,43 @@ __global__ void cross_entropy_backward_kernel(bf16* dlogits, const bf16* logits,
   }
 }
 
+// cross_entropy_backward_kernel<true>'s values, rounded to bf16 as it stores them, encoded as E5M2 (convert8: the
+// cast's codes and statistics), 8 codes per 8-byte store; one atomic per statistic per block.
+__global__ void cross_entropy_backward_codes_kernel(uint8_t* codes, const bf16* logits, const float* lse,
+                                                    const int32_t* targets, const float* dloss, float dloss_scale,
+                                                    int V, int Vp, const float* scale, Fp8CastOutputs stats) {
+  __shared__ unsigned s_amax[kThreads / 32], s_sat[kThreads / 32];
+  const int64_t row = blockIdx.x;
+  const bf16* x = logits + row * Vp;
+  uint8_t* out = codes + row * Vp;
+  const int t = targets[row];
+  const float l = lse[row], d = *dloss * dloss_scale, s = *scale;
+  ThreadStats st;
+#pragma unroll 2
+  for (int c0 = threadIdx.x * 8; c0 < Vp; c0 += blockDim.x * 8) {
+    const auto q = Vec16<bf16>::load(x + c0);
+    float g[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int c = c0 + i;
+      const float v = c < V ? (__expf(__bfloat162float(q.v[i]) - l) - (c == t ? 1.0f : 0.0f)) * d : 0.0f;
+      g[i] = __bfloat162float(__float2bfloat16_rn(v));
+    }
+    *reinterpret_cast<uint2*>(out + c0) = convert8<Fp8Format::e5m2>(g, s, st);
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned amax = __reduce_max_sync(0xffffffffu, st.amax_bits);
+  const unsigned sat = __reduce_add_sync(0xffffffffu, st.saturated);
+  if (lane == 0) s_amax[warp] = amax, s_sat[warp] = sat;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned a = 0, n = 0;
+    for (int w = 0; w < kThreads / 32; ++w) a = max(a, s_amax[w]), n += s_sat[w];
+    if (stats.amax && a) atomicMax(reinterpret_cast<unsigned*>(stats.amax), a);
+    if (stats.saturated && n) atomicAdd(stats.saturated, static_cast<unsigned long long>(n));
+  }
+}
+
 bool vector_rows(const void* p, int Vp) { return Vp % 8 == 0 && aligned16(p); }
 
 }  // namespace
@@ -141,6 +179,23 @@ void cross_entropy_backward(bf16* dlogits, const bf16* logits, const float* lse,
   else
     cross_entropy_backward_kernel<false>
         <<<blocks, kThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss, dloss_scale, V, Vp);
+  CUDA_CHECK_LAUNCH();
+}
+
+bool cross_entropy_codes_supported(const bf16* logits, const uint8_t* codes, int Vp) {
+  return vector_rows(logits, Vp) && (reinterpret_cast<uintptr_t>(codes) & 7u) == 0;
+}
+
+void cross_entropy_backward_codes(uint8_t* codes, const bf16* logits, const float* lse, const int32_t* targets,
+                                  const float* dloss, float dloss_scale, int64_t BT, int V, int Vp, const float* scale,
+                                  Fp8CastOutputs stats, cudaStream_t stream) {
+  FP8T_CHECK(BT > 0 && V > 0 && V <= Vp, "cross_entropy_backward_codes: bad sizes BT={} V={} Vp={}", BT, V, Vp);
+  FP8T_CHECK(BT <= 0x7fffffff, "cross_entropy_backward_codes: BT={} too large for one grid", BT);
+  FP8T_CHECK(cross_entropy_codes_supported(logits, codes, Vp) && scale && !stats.colsum,
+             "cross_entropy_backward_codes: needs Vp % 8 == 0 ({}), 16-byte aligned logits, 8-byte aligned codes, a "
+             "scale and no column sums", Vp);
+  cross_entropy_backward_codes_kernel<<<static_cast<unsigned>(BT), kThreads, 0, stream>>>(
+      codes, logits, lse, targets, dloss, dloss_scale, V, Vp, scale, stats);
   CUDA_CHECK_LAUNCH();
 }
 

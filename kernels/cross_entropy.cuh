@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/fp8_cast.cuh"
+
 namespace fp8t::kernels {
 
 // losses (BT) f32 = lse - logits[r, target] with lse (BT) f32 = logsumexp(logits[r, :V]) kept for the
@@ -19,5 +21,13 @@ void mean_reduce(float* mean, const float* values, int64_t n, cudaStream_t strea
 void cross_entropy_backward(__nv_bfloat16* dlogits, const __nv_bfloat16* logits, const float* lse,
                             const int32_t* targets, const float* dloss, float dloss_scale, int64_t BT, int V, int Vp,
                             cudaStream_t stream);
+// cross_entropy_backward's dlogits, never stored in bf16, as E5M2 codes (BT, Vp): each code to_fp8(x * *scale) for x
+// the bf16 value cross_entropy_backward writes, bit for bit what fp8_cast of that dlogits gives, with that cast's
+// amax and saturation count into stats (stats.colsum must be null: a row per block has no column sums). Needs
+// cross_entropy_codes_supported.
+bool cross_entropy_codes_supported(const __nv_bfloat16* logits, const uint8_t* codes, int Vp);
+void cross_entropy_backward_codes(uint8_t* codes, const __nv_bfloat16* logits, const float* lse, const int32_t* targets,
+                                  const float* dloss, float dloss_scale, int64_t BT, int V, int Vp, const float* scale,
+                                  Fp8CastOutputs stats, cudaStream_t stream);
 
 }  // namespace fp8t::kernels

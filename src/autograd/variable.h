@@ -45,6 +45,7 @@ struct PendingGrad {
 struct Fp8DyRequest {
   const float* scale = nullptr;          // on the device, valid for the step: codes = to_fp8(bf16(dy) * *scale)
   bool codes = false, codes_t = false;   // what the linear's backward reads: dgrad's operand, wgrad's
+  bool colsum = false;                   // whether its bias takes dy's column sums (PendingGrad::dy_stats)
 };
 
 // A Var's gradient, in a cell of its own so a backward closure can hold it (GradRef) without keeping

@@ -1,4 +1,5 @@
 // The loss ops: cross-entropy over logits, and the chunked lm_head + cross-entropy.
+#include "autograd/finite_watch.h"
 #include "ops/cpu/cross_entropy.h"
 #include "ops/cpu/linear.h"
 #include "ops/cross_entropy_cuda.h"
@@ -52,9 +53,26 @@ Var cross_entropy(const Var& logits, const Tensor& targets, int64_t vocab_size) 
             // fused kernel overwrites dlogits, so the logits must feed nothing but this loss (as the
             // lm_head output does): in place, d(logits) overwrites the logits, saving a (B, T, Vp) buffer
             // and its zero fill.
-            if (!grad_exists(logits)) logits->grad = logits->value;
-            cuda_ops::cross_entropy_backward(logits->grad, logits->value, lse, targets, dy,
-                                             1.0f / static_cast<float>(BT), V);
+            const float dloss_scale = 1.0f / static_cast<float>(BT);
+            const bool exists = grad_exists(logits);
+            // An FP8 lm_head (without bias) may take the gradient as its own dy cast's codes (Fp8DyRequest): the
+            // kernel writes those instead of bf16, and the cast's pass over dlogits is saved. Not under a
+            // FiniteWatch; another reader before the lm_head's backward gets the bf16 gradient (materialize).
+            const Fp8DyRequest* request = exists || finite_watch() ? nullptr : logits->grad_cell->fp8_dy.get();
+            if (request && cuda_ops::cross_entropy_writes_dy_codes(*request, logits->value)) {
+              PendingGrad p = cuda_ops::cross_entropy_backward_dy_codes(*request, logits->value, lse, targets, dy,
+                                                                        dloss_scale, V);
+              p.materialize = [value = logits->value, lse, targets, dy = dy, dloss_scale, V](const Tensor&,
+                                                                                           const Tensor&) {
+                Tensor g = value;  // in place, as below
+                cuda_ops::cross_entropy_backward(g, value, lse, targets, dy, dloss_scale, V);
+                return g;
+              };
+              logits->grad_cell->pending = std::move(p);
+              return;
+            }
+            if (!exists) logits->grad = logits->value;
+            cuda_ops::cross_entropy_backward(logits->grad, logits->value, lse, targets, dy, dloss_scale, V);
           },
           [&]<typename F>() {
             std::vector<F> dlosses(static_cast<size_t>(BT), static_cast<F>(double(dy.data<F>()[0]) / double(BT)));

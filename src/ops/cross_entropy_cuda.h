@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "autograd/variable.h"
 #include "core/tensor.h"
 
 namespace fp8t::cuda_ops {
@@ -18,5 +19,14 @@ void mean_of(Tensor& mean, const Tensor& values);
 // dloss (1, f32, on the device) * dloss_scale.
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& lse, const Tensor& targets,
                             const Tensor& dloss, float dloss_scale, int64_t vocab_size);
+// The same gradient as the E5M2 codes the FP8 linear that made the logits asked for (Fp8DyRequest: its dy operands,
+// with its scale), left pending for that linear's backward: PendingGrad's dy_codes / dy_codes_t and dy_stats
+// (materialize is the caller's to set). Each code is what the bf16 dlogits followed by the linear's own cast would
+// give; codes_t is their transpose. Only where cross_entropy_writes_dy_codes: no column sums asked (no bias), rows
+// of a multiple of 8 logits, 16-byte aligned. The logits are not overwritten.
+bool cross_entropy_writes_dy_codes(const Fp8DyRequest& request, const Tensor& logits);
+PendingGrad cross_entropy_backward_dy_codes(const Fp8DyRequest& request, const Tensor& logits, const Tensor& lse,
+                                            const Tensor& targets, const Tensor& dloss, float dloss_scale,
+                                            int64_t vocab_size);
 
 }  // namespace fp8t::cuda_ops

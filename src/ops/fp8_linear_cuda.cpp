@@ -180,7 +180,7 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
       !st.grad_output.recipe->scale_from_tensor())
     y->grad_cell->fp8_dy = std::make_shared<const Fp8DyRequest>(
         Fp8DyRequest{.scale = &slot(slots, Fp8Role::grad_output)->scale, .codes = in_needs_grad,
-                     .codes_t = w->requires_grad});
+                     .codes_t = w->requires_grad, .colsum = b && b->requires_grad});
   Fp8LinearSaved s;
   s.st = &st;
   s.x_grad = grad_ref(x);
