@@ -72,6 +72,12 @@ __global__ void mean_kernel(float* mean, const float* losses, int64_t n) {
   if (threadIdx.x == 0) *mean = s / static_cast<float>(n);
 }
 
+// d loss / d logit c of a row with log-sum-exp l and target t, times d; 0 in the padding columns c >= V. The one
+// expression every backward kernel uses, so their values agree bit for bit.
+__device__ __forceinline__ float logit_grad(bf16 x, int c, int t, float l, float d, int V) {
+  return c < V ? (__expf(__bfloat162float(x) - l) - (c == t ? 1.0f : 0.0f)) * d : 0.0f;
+}
+
 template <bool kVec>
 __global__ void cross_entropy_backward_kernel(bf16* dlogits, const bf16* logits, const float* lse,
                                               const int32_t* targets, const float* dloss, float dloss_scale, int V,
@@ -89,14 +95,14 @@ __global__ void cross_entropy_backward_kernel(bf16* dlogits, const bf16* logits,
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const int c = c0 + i;
-        const float g = c < V ? (__expf(__bfloat162float(q.v[i]) - l) - (c == t ? 1.0f : 0.0f)) * d : 0.0f;
+        const float g = logit_grad(q.v[i], c, t, l, d, V);
         q.v[i] = __float2bfloat16_rn(g);
       }
       q.store(dx + c0);
     }
   } else {
     for (int c = threadIdx.x; c < Vp; c += blockDim.x) {
-      const float g = c < V ? (__expf(__bfloat162float(x[c]) - l) - (c == t ? 1.0f : 0.0f)) * d : 0.0f;
+      const float g = logit_grad(x[c], c, t, l, d, V);
       dx[c] = __float2bfloat16_rn(g);
     }
   }
@@ -107,7 +113,6 @@ __global__ void cross_entropy_backward_kernel(bf16* dlogits, const bf16* logits,
 __global__ void cross_entropy_backward_codes_kernel(uint8_t* codes, const bf16* logits, const float* lse,
                                                     const int32_t* targets, const float* dloss, float dloss_scale,
                                                     int V, int Vp, const float* scale, Fp8CastOutputs stats) {
-  __shared__ unsigned s_amax[kThreads / 32], s_sat[kThreads / 32];
   const int64_t row = blockIdx.x;
   const bf16* x = logits + row * Vp;
   uint8_t* out = codes + row * Vp;
@@ -121,22 +126,12 @@ __global__ void cross_entropy_backward_codes_kernel(uint8_t* codes, const bf16* 
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int c = c0 + i;
-      const float v = c < V ? (__expf(__bfloat162float(q.v[i]) - l) - (c == t ? 1.0f : 0.0f)) * d : 0.0f;
+      const float v = logit_grad(q.v[i], c, t, l, d, V);
       g[i] = __bfloat162float(__float2bfloat16_rn(v));
     }
     *reinterpret_cast<uint2*>(out + c0) = convert8<Fp8Format::e5m2>(g, s, st);
   }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const unsigned amax = __reduce_max_sync(0xffffffffu, st.amax_bits);
-  const unsigned sat = __reduce_add_sync(0xffffffffu, st.saturated);
-  if (lane == 0) s_amax[warp] = amax, s_sat[warp] = sat;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned a = 0, n = 0;
-    for (int w = 0; w < kThreads / 32; ++w) a = max(a, s_amax[w]), n += s_sat[w];
-    if (stats.amax && a) atomicMax(reinterpret_cast<unsigned*>(stats.amax), a);
-    if (stats.saturated && n) atomicAdd(stats.saturated, static_cast<unsigned long long>(n));
-  }
+  flush_block_stats<kThreads>(st, stats);
 }
 
 bool vector_rows(const void* p, int Vp) { return Vp % 8 == 0 && aligned16(p); }

@@ -75,26 +75,7 @@ __device__ __forceinline__ float cast_input(float x, int64_t i, int64_t r, int64
 __device__ __forceinline__ uint8_t byte_of(uint32_t w, int b) { return static_cast<uint8_t>(w >> (8 * b)); }
 
 // One atomic per block for each statistic (blockDim.x == kThreads).
-__device__ __forceinline__ void flush_stats(ThreadStats s, Fp8CastOutputs out) {
-  __shared__ unsigned s_amax[kThreads / 32], s_sat[kThreads / 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  s.amax_bits = __reduce_max_sync(0xffffffffu, s.amax_bits);
-  s.saturated = __reduce_add_sync(0xffffffffu, s.saturated);
-  if (lane == 0) {
-    s_amax[warp] = s.amax_bits;
-    s_sat[warp] = s.saturated;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned a = 0, n = 0;
-    for (int w = 0; w < kThreads / 32; ++w) {
-      a = max(a, s_amax[w]);
-      n += s_sat[w];
-    }
-    if (out.amax && a) atomicMax(reinterpret_cast<unsigned*>(out.amax), a);
-    if (out.saturated && n) atomicAdd(out.saturated, static_cast<unsigned long long>(n));
-  }
-}
+__device__ __forceinline__ void flush_stats(ThreadStats s, Fp8CastOutputs out) { flush_block_stats<kThreads>(s, out); }
 
 }  // namespace
 }  // namespace fp8t::kernels

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/fp8_cast.cuh"
 #include "kernels/fp8_codec.cuh"
 
 namespace fp8t::kernels {
@@ -43,6 +44,31 @@ __device__ __forceinline__ uint2 convert8(const float (&x)[8], float scale, Thre
     st.amax_bits = max(st.amax_bits, __float_as_uint(m));
   }
   return {w[0], w[1]};
+}
+
+// The block's statistics into out with one atomic per statistic (blockDim.x == kBlockThreads, a multiple of 32; every
+// thread of the block calls it).
+template <int kBlockThreads>
+__device__ __forceinline__ void flush_block_stats(ThreadStats s, const Fp8CastOutputs& out) {
+  static_assert(kBlockThreads % 32 == 0 && kBlockThreads <= 1024);
+  __shared__ unsigned s_amax[kBlockThreads / 32], s_sat[kBlockThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  s.amax_bits = __reduce_max_sync(0xffffffffu, s.amax_bits);
+  s.saturated = __reduce_add_sync(0xffffffffu, s.saturated);
+  if (lane == 0) {
+    s_amax[warp] = s.amax_bits;
+    s_sat[warp] = s.saturated;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned a = 0, n = 0;
+    for (int w = 0; w < kBlockThreads / 32; ++w) {
+      a = max(a, s_amax[w]);
+      n += s_sat[w];
+    }
+    if (out.amax && a) atomicMax(reinterpret_cast<unsigned*>(out.amax), a);
+    if (out.saturated && n) atomicAdd(out.saturated, static_cast<unsigned long long>(n));
+  }
 }
 
 }  // namespace
