@@ -217,17 +217,13 @@ Plan& get_plan(DeviceContext& ctx, const PlanKey& key) {
 }
 
 // Times each candidate of a new plan on this call's operands (3 runs after a warm-up) and keeps the
-// fastest. The output, and the GELU aux output, go to scratch buffers, so the
-// call's own D (read as C when beta != 0) is untouched; the caller then runs the chosen algorithm.
-void autotune(DeviceContext& ctx, Plan& plan, const PlanKey& key, const void* a, const void* b, const void* c,
-              bool aux_is_output, float alpha, float beta, cudaStream_t stream) {
+// fastest; the caller then runs the chosen algorithm, which writes D and the GELU aux output again. So the timing
+// runs write D in place when beta == 0 (the output depends on A, B and the bias only) and the aux output in place
+// always; only an accumulating call (beta != 0, C = D) times into a scratch output, leaving its D untouched.
+void autotune(DeviceContext& ctx, Plan& plan, const PlanKey& key, const void* a, const void* b, void* d, float alpha,
+              float beta, cudaStream_t stream) {
   const size_t d_bytes = static_cast<size_t>(key.m) * key.n * dtype_size(key.d);
-  void* scratch = ctx.allocate(d_bytes);
-  void* aux_scratch = nullptr;
-  if (aux_is_output) {
-    aux_scratch = ctx.allocate(d_bytes);
-    set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux_scratch);
-  }
+  void* scratch = beta == 0.0f ? d : ctx.allocate(d_bytes);
   cudaEvent_t ev[2];
   for (auto& e : ev) CUDA_CHECK(cudaEventCreate(&e));
   float best_ms = 0;
@@ -238,7 +234,7 @@ void autotune(DeviceContext& ctx, Plan& plan, const PlanKey& key, const void* a,
     bool ok = true;
     for (int r = 0; r < kRuns && ok; ++r) {
       if (r == 1) CUDA_CHECK(cudaEventRecord(ev[0], stream));
-      ok = cublasLtMatmul(ctx.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, c, plan.d, scratch, plan.d,
+      ok = cublasLtMatmul(ctx.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, scratch, plan.d,
                           &plan.candidates[i], ctx.workspace, kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
     }
     if (!ok) continue;
@@ -252,8 +248,7 @@ void autotune(DeviceContext& ctx, Plan& plan, const PlanKey& key, const void* a,
   for (auto& e : ev) CUDA_CHECK(cudaEventDestroy(e));
   if (best >= 0) plan.algo = plan.candidates[best];
   plan.num_candidates = 0;
-  ctx.deallocate(scratch, d_bytes);
-  if (aux_scratch) ctx.deallocate(aux_scratch, d_bytes);
+  if (scratch != d) ctx.deallocate(scratch, d_bytes);
 }
 
 }  // namespace
@@ -300,10 +295,7 @@ void matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, con
   if (has_aux) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   if (a.scale) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a.scale);
   if (b.scale) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b.scale);
-  if (plan.num_candidates > 1) {
-    autotune(ctx, plan, key, a.data, b.data, d, epilogue == MatmulEpilogue::gelu_aux_bias, alpha, beta, stream);
-    if (has_aux) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
-  }
+  if (plan.num_candidates > 1) autotune(ctx, plan, key, a.data, b.data, d, alpha, beta, stream);
   CUBLAS_CHECK(cublasLtMatmul(ctx.handle, plan.desc, &alpha, a.data, plan.a, b.data, plan.b, &beta, d, plan.d, d,
                               plan.d, &plan.algo, ctx.workspace, kWorkspaceBytes, stream));
 }
