@@ -295,7 +295,16 @@ void matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, con
   if (has_aux) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   if (a.scale) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a.scale);
   if (b.scale) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b.scale);
-  if (plan.num_candidates > 1) autotune(ctx, plan, key, a.data, b.data, d, alpha, beta, stream);
+  if (plan.num_candidates > 1) {
+    // Timing waits on the host, which a stream being captured into a CUDA graph cannot: such a plan keeps the
+    // heuristic's first choice.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture == cudaStreamCaptureStatusNone)
+      autotune(ctx, plan, key, a.data, b.data, d, alpha, beta, stream);
+    else
+      plan.num_candidates = 0;
+  }
   CUBLAS_CHECK(cublasLtMatmul(ctx.handle, plan.desc, &alpha, a.data, plan.a, b.data, plan.b, &beta, d, plan.d, d,
                               plan.d, &plan.algo, ctx.workspace, kWorkspaceBytes, stream));
 }

@@ -5,6 +5,7 @@
 #include <array>
 
 #include "autograd/tape.h"
+#include "core/graph_capture.h"
 #include "kernels/matmul.cuh"
 #include "kernels/stream.cuh"
 #include "ops/cpu/gelu.h"
@@ -106,6 +107,28 @@ TEST_CASE("matmul with autotuning - forward and accumulating backward match the 
     check_backward_accumulates(M, K, N);
   }
   kernels::set_matmul_options(kGpu.index, {.autotune = false});
+}
+
+TEST_CASE("matmul with autotuning - a plan made inside a CUDA graph capture keeps the heuristic's choice",
+          "[gpu][matmul]") {
+  // Timing waits on the host, which a capturing stream forbids: the plan is made without it, and the replayed
+  // graph computes the product.
+  const int64_t M = 160, K = 224, N = 352;  // a shape no other case uses
+  const auto x = round_bf16(randn(M * K)), w = round_bf16(randn(N * K, 0.05f)), b = round_bf16(randn(N));
+  std::vector<float> ref(M * N);
+  cpu::matmul_forward(ref.data(), x.data(), w.data(), b.data(), M, K, N);
+  Tensor tx = upload(x, {M, K}, DType::bf16), tw = upload(w, {N, K}, DType::bf16), tb = upload(b, {N}, DType::bf16);
+  Tensor out = poisoned({M, N}, DType::bf16);
+  {  // the GEMM context's start (handle, workspace) outside the capture, as a trainer's warm-up step does
+    Tensor o = poisoned({16, 16}, DType::bf16), a = upload(round_bf16(randn(256)), {16, 16}, DType::bf16);
+    cuda_ops::matmul_forward(o, a, a, nullptr);
+  }
+  kernels::set_matmul_options(kGpu.index, {.autotune = true});
+  StepGraph graph;
+  CHECK_NOTHROW(graph.capture(kGpu, [&] { cuda_ops::matmul_forward(out, tx, tw, &tb); }));
+  kernels::set_matmul_options(kGpu.index, {.autotune = false});
+  graph.replay();
+  CHECK(rel_err(download(out), ref) < 1e-2);
 }
 
 namespace {
