@@ -130,10 +130,6 @@ struct DeviceContext {
     CUDA_CHECK(cudaMalloc(&p, bytes));
     return p;
   }
-  void deallocate(void* p, size_t bytes) {
-    if (memory.deallocate) return memory.deallocate(p, bytes);
-    CUDA_CHECK(cudaFree(p));
-  }
   // Before each GEMM, under mu.
   void ensure_started() {
     if (workspace) return;
@@ -216,14 +212,11 @@ Plan& get_plan(DeviceContext& ctx, const PlanKey& key) {
   return p;
 }
 
-// Times each candidate of a new plan on this call's operands (3 runs after a warm-up) and keeps the
-// fastest; the caller then runs the chosen algorithm, which writes D and the GELU aux output again. So the timing
-// runs write D in place when beta == 0 (the output depends on A, B and the bias only) and the aux output in place
-// always; only an accumulating call (beta != 0, C = D) times into a scratch output, leaving its D untouched.
-void autotune(DeviceContext& ctx, Plan& plan, const PlanKey& key, const void* a, const void* b, void* d, float alpha,
-              float beta, cudaStream_t stream) {
-  const size_t d_bytes = static_cast<size_t>(key.m) * key.n * dtype_size(key.d);
-  void* scratch = beta == 0.0f ? d : ctx.allocate(d_bytes);
+// Times each candidate of a new plan on this call's operands (3 runs after a warm-up) and keeps the fastest. The
+// call does not accumulate (beta 0), so the timing runs write D and the GELU aux output in place: the chosen
+// algorithm's run after them writes both again.
+void autotune(DeviceContext& ctx, Plan& plan, const void* a, const void* b, void* d, float alpha, cudaStream_t stream) {
+  const float beta = 0.0f;
   cudaEvent_t ev[2];
   for (auto& e : ev) CUDA_CHECK(cudaEventCreate(&e));
   float best_ms = 0;
@@ -234,7 +227,7 @@ void autotune(DeviceContext& ctx, Plan& plan, const PlanKey& key, const void* a,
     bool ok = true;
     for (int r = 0; r < kRuns && ok; ++r) {
       if (r == 1) CUDA_CHECK(cudaEventRecord(ev[0], stream));
-      ok = cublasLtMatmul(ctx.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, scratch, plan.d,
+      ok = cublasLtMatmul(ctx.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d, plan.d,
                           &plan.candidates[i], ctx.workspace, kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
     }
     if (!ok) continue;
@@ -248,7 +241,6 @@ void autotune(DeviceContext& ctx, Plan& plan, const PlanKey& key, const void* a,
   for (auto& e : ev) CUDA_CHECK(cudaEventDestroy(e));
   if (best >= 0) plan.algo = plan.candidates[best];
   plan.num_candidates = 0;
-  if (scratch != d) ctx.deallocate(scratch, d_bytes);
 }
 
 }  // namespace
@@ -296,12 +288,13 @@ void matmul_lt(void* d, DType d_dtype, const MatmulOperand& a, bool trans_a, con
   if (a.scale) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a.scale);
   if (b.scale) set_desc(plan.desc.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b.scale);
   if (plan.num_candidates > 1) {
-    // Timing waits on the host, which a stream being captured into a CUDA graph cannot: such a plan keeps the
-    // heuristic's first choice.
+    // The plan keeps the heuristic's first choice when its first call accumulates (timing it would need a scratch
+    // D, weight-sized for a wgrad, at the step's peak; the wgrads' first choices were the fastest in
+    // scripts/bench/gemm_sweep.cu) or when its stream is being captured into a CUDA graph (timing waits on the host).
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture == cudaStreamCaptureStatusNone)
-      autotune(ctx, plan, key, a.data, b.data, d, alpha, beta, stream);
+    if (beta == 0.0f && capture == cudaStreamCaptureStatusNone)
+      autotune(ctx, plan, a.data, b.data, d, alpha, stream);
     else
       plan.num_candidates = 0;
   }

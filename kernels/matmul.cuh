@@ -33,19 +33,19 @@ struct MatmulOperand {
 // Each CUDA device has one GEMM context: its cuBLASLt handle, 32 MiB workspace, plan cache, and the memory and
 // options below, which users set per device.
 
-// Device memory for one device's GEMMs (the workspace and the autotuning scratch). The caching allocator installs
-// its own when it is created for the device (core/cuda_allocator.cpp), so this memory is accounted under
+// Device memory for one device's GEMMs (the workspace, held for the life of the process). The caching allocator
+// installs its own when it is created for the device (core/cuda_allocator.cpp), so this memory is accounted under
 // `workspace`; until then it comes from cudaMalloc.
 struct MatmulMemory {
   void* (*allocate)(size_t bytes) = nullptr;
-  void (*deallocate)(void* p, size_t bytes) = nullptr;
 };
 void set_matmul_memory(int device, const MatmulMemory& memory);
 
 struct MatmulOptions {
   // config run.gemm_autotune (set through set_gemm_autotune, ops/ops.h): each new GEMM plan (shape, layout,
   // dtypes, epilogue, alignment) asks cuBLASLt's heuristic for up to 8 algorithms and times them on its first call
-  // (into scratch outputs), keeping the fastest; false: the heuristic's first choice.
+  // (writing that call's outputs), keeping the fastest; false: the heuristic's first choice. A plan whose first call
+  // accumulates (beta != 0) or is captured into a CUDA graph keeps the first choice.
   bool autotune = false;
 };
 // Plans made before a change keep their algorithm.

@@ -164,12 +164,6 @@ void* gemm_allocate(size_t bytes) {
   return cuda_allocator(dev).allocate(bytes, MemCategory::workspace);
 }
 
-void gemm_deallocate(void* p, size_t bytes) {
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  cuda_allocator(dev).deallocate(p, bytes, MemCategory::workspace);
-}
-
 }  // namespace
 
 std::string cuda_unavailable_reason() {
@@ -197,7 +191,7 @@ Allocator& cuda_allocator(int index) {
     FP8T_CHECK(index >= 0 && index < count, "cuda:{} requested but this machine has {} CUDA device(s)", index,
                count);
     a = std::make_unique<CudaAllocator>(index);
-    kernels::set_matmul_memory(index, {gemm_allocate, gemm_deallocate});
+    kernels::set_matmul_memory(index, {gemm_allocate});
   }
   return *a;
 }

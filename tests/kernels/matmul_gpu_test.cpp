@@ -92,8 +92,8 @@ TEST_CASE("matmul backward accumulates dinp - dweight - dbias", "[gpu][matmul]")
 }
 
 TEST_CASE("matmul with autotuning - forward and accumulating backward match the CPU", "[gpu][matmul]") {
-  // Shapes no other case uses, so their plans are made (and timed) here with autotuning on; the timing
-  // runs must leave accumulated outputs (beta 1) untouched.
+  // Shapes no other case uses, so their plans are made here with autotuning on: the forward's are timed (writing
+  // its output in place), the accumulating backward's keep the first choice and must leave what they add to intact.
   kernels::set_matmul_options(kGpu.index, {.autotune = true});
   const Shape3 shapes[] = {{96, 256, 320}, {2048, 1024, 1536}, {333, 48, 80}};
   for (auto [M, K, N] : shapes) {
