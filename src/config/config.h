@@ -19,7 +19,7 @@ struct RunConfig {
   uint64_t seed = 1337;              // parameter init and data order
   Device device = Device::cpu();     // "cpu" or "cuda" (the local rank picks the GPU index)
   int log_every = 1;                 // console/log line every N steps (metrics.jsonl gets every step)
-  bool gemm_autotune = false;        // CUDA: time cuBLASLt's candidate algorithms per GEMM shape, keep the fastest
+  bool gemm_autotune = true;         // CUDA: time cuBLASLt's candidate algorithms per GEMM shape, keep the fastest
   double memory_limit_gib = 0;       // CUDA: cap the device memory pool at this many GiB (0: the whole card)
   double peak_tflops = 0;            // MFU's peak per rank, dense TFLOP/s (0: the device table; on CPU: no MFU)
 };
