@@ -165,7 +165,9 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
 
   std::vector<Timed> timed;
   for (int i = 0; i < found; ++i) {
-    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    // Candidate 0 always, as fp8train runs it (kernels/matmul.cu); the others only where the heuristic says they can
+    // run. So t[0] is the first choice, and t[0].us < 0 says it could not run.
+    if (i > 0 && results[i].state != CUBLAS_STATUS_SUCCESS) continue;
     const cublasLtMatmulAlgo_t& algo = results[i].algo;
     const float us = time_algo(lt, desc, A, la, B, lb, lc, D, ld, g.beta, algo, ws, 15);
     timed.push_back({i, us, algo_attr(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
@@ -232,8 +234,13 @@ int main(int argc, char** argv) {
   double first_sum = 0, best_sum = 0;
   for (const Gemm& g : gemms) {
     const std::vector<Timed> t = sweep(lt, g, want, ws, scale, bias);
-    if (t.empty() || t[0].us < 0) {
+    if (t.empty()) {
       std::printf("| %s | %d | %d | %d | no algorithm |\n", g.name, g.m, g.n, g.k);
+      continue;
+    }
+    if (t[0].us < 0) {
+      std::printf("| %s | %d | %d | %d | the first choice did not run (%zu candidates) |\n", g.name, g.m, g.n, g.k,
+                  t.size());
       continue;
     }
     const Timed* best = &t[0];
