@@ -114,7 +114,8 @@ k::AttentionOut out_of(const char* op, const QuantizedTensor& out, const Shape& 
              "{}: out's FP8 form must be per-tensor E4M3 codes transposed to ({}, {}) with one f32 scale_inv on {}, "
              "got {} codes_t {} scale_inv {}",
              op, C, M, device.str(), scale_layout_name(out.layout),
-             out.codes_t.defined() ? out.codes_t.str() : "(none)", out.scale_inv.defined() ? out.scale_inv.str() : "(none)");
+             out.codes_t.defined() ? out.codes_t.str() : "(none)",
+             out.scale_inv.defined() ? out.scale_inv.str() : "(none)");
   return {.e4m3_t = out.codes_t.data<uint8_t>(), .scale_inv = out.scale_inv.data<float>()};
 }
 

@@ -57,7 +57,8 @@ TEST_CASE("autograd: grad_of and grad_exists write a pending gradient once", "[a
 TEST_CASE("autograd: an op's backward adds to a pending gradient after writing it", "[autograd]") {
   // a's gradient is pending when add's backward runs: add must not take d(out) as a's whole gradient
   // (its shortcut for a gradient that does not exist yet) but write the pending one and add to it.
-  Var a = make_var(Tensor::from_vector({1.0f, 2.0f}, {2}), true), b = make_var(Tensor::from_vector({3.0f, 4.0f}, {2}), true);
+  Var a = make_var(Tensor::from_vector({1.0f, 2.0f}, {2}), true);
+  Var b = make_var(Tensor::from_vector({3.0f, 4.0f}, {2}), true);
   Tape tape;
   Var y;
   {

@@ -75,7 +75,8 @@ void check_backward_accumulates(int64_t M, int64_t K, int64_t N) {
   const auto x = round_bf16(randn(M * K)), w = round_bf16(randn(N * K, 0.05f)), dy = round_bf16(randn(M * N));
   std::vector<float> gx(M * K, 0.0f), gw(N * K, 0.0f), gb(N, 0.0f);
   cpu::matmul_backward(gx.data(), gw.data(), gb.data(), dy.data(), x.data(), w.data(), M, K, N);
-  auto dx0 = round_bf16(randn(M * K, float(rms(gx)))), dw0 = randn(N * K, float(rms(gw))), db0 = randn(N, float(rms(gb)));
+  auto dx0 = round_bf16(randn(M * K, float(rms(gx))));
+  auto dw0 = randn(N * K, float(rms(gw))), db0 = randn(N, float(rms(gb)));
   Tensor dx = upload(dx0, {M, K}, DType::bf16), dw = upload(dw0, {N, K}, DType::f32), db = upload(db0, {N}, DType::f32);
   cuda_ops::matmul_backward(&dx, &dw, &db, upload(dy, {M, N}, DType::bf16), upload(x, {M, K}, DType::bf16),
                             upload(w, {N, K}, DType::bf16));
