@@ -16,29 +16,11 @@
 #include "ops/cross_entropy_cuda.h"
 #include "ops/fp8_linear.h"
 #include "ops/ops.h"
+#include "util/fp8_test_util.h"
 #include "util/gpu_test_util.h"
 
 using namespace fp8t;
 using namespace fp8t::test;
-
-namespace {
-
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  std::vector<uint8_t> v(static_cast<size_t>(t.nbytes()));
-  CUDA_CHECK(cudaDeviceSynchronize());
-  CUDA_CHECK(cudaMemcpy(v.data(), t.raw(), v.size(), cudaMemcpyDeviceToHost));
-  return v;
-}
-
-// Codes that differ other than as +0 / -0 (0x00 / 0x80: both decode to zero).
-int64_t mismatches(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
-  if (got.size() != want.size()) return -1;
-  int64_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) bad += got[i] != want[i] && ((got[i] | want[i]) & 0x7F) != 0;
-  return bad;
-}
-
-}  // namespace
 
 TEST_CASE("cross-entropy backward writes dlogits as the E5M2 codes the cast gives", "[gpu][cross_entropy][fp8]") {
   struct Case {
@@ -53,7 +35,7 @@ TEST_CASE("cross-entropy backward writes dlogits as the E5M2 codes the cast give
     Tensor losses = poisoned({BT}, DType::f32), lse = poisoned({BT}, DType::f32);
     cuda_ops::cross_entropy_forward(losses, lse, nullptr, logits, targets, V);
     const Tensor dy = upload(std::vector<float>{0.75f}, {1}, DType::f32);
-    const std::vector<uint8_t> logits_before = bytes_of(logits);
+    const std::vector<uint8_t> logits_before = download_bytes(logits);
 
     Tensor dlogits = poisoned({BT, Vp}, DType::bf16);
     cuda_ops::cross_entropy_backward(dlogits, logits, lse, targets, dy, 1.0f / BT, V);
@@ -71,8 +53,8 @@ TEST_CASE("cross-entropy backward writes dlogits as the E5M2 codes the cast give
     const Fp8DyRequest request{.scale = scale.data<float>(), .codes = true, .codes_t = true};
     REQUIRE(cuda_ops::cross_entropy_writes_dy_codes(request, logits));
     const PendingGrad p = cuda_ops::cross_entropy_backward_dy_codes(request, logits, lse, targets, dy, 1.0f / BT, V);
-    CHECK(mismatches(bytes_of(p.dy_codes), bytes_of(codes)) == 0);
-    CHECK(mismatches(bytes_of(p.dy_codes_t), bytes_of(codes_t)) == 0);
+    CHECK(code_mismatches_but_zero_sign(download_bytes(p.dy_codes), download_bytes(codes)) == 0);
+    CHECK(code_mismatches_but_zero_sign(download_bytes(p.dy_codes_t), download_bytes(codes_t)) == 0);
     const std::vector<float> got = download(p.dy_stats), want = download(stats);
     const int64_t ai = kernels::cast_stats_amax_index(Vp);
     CHECK(std::memcmp(&got[ai], &want[ai], 4) == 0);      // amax, bit for bit
@@ -80,7 +62,7 @@ TEST_CASE("cross-entropy backward writes dlogits as the E5M2 codes the cast give
     unsigned long long saturated = 0;
     std::memcpy(&saturated, &want[ai + 2], 8);
     if (headroom > 1.0f) CHECK(saturated > 0);
-    CHECK(bytes_of(logits) == logits_before);  // the logits are not overwritten
+    CHECK(download_bytes(logits) == logits_before);  // the logits are not overwritten
   }
   // A request with column sums (an lm_head with a bias) is not taken: the op casts as before.
   const Tensor logits = upload(round_bf16(randn(16 * 1024)), {16, 1024}, DType::bf16);

@@ -25,19 +25,30 @@ inline std::vector<uint8_t> transpose_codes(const std::vector<uint8_t>& c, int64
   return t;
 }
 
-// The bytes of a device tensor of FP8 codes (after the device's queued work).
-inline std::vector<uint8_t> download_codes(const Tensor& t) {
+// The bytes of a device tensor of any dtype (after the device's queued work).
+inline std::vector<uint8_t> download_bytes(const Tensor& t) {
+  std::vector<uint8_t> v(static_cast<size_t>(t.nbytes()));
   CUDA_CHECK(cudaDeviceSynchronize());
-  const Tensor h = t.to(Device::cpu());
-  const auto* p = h.data<uint8_t>();
-  return {p, p + h.numel()};
+  CUDA_CHECK(cudaMemcpy(v.data(), t.raw(), v.size(), cudaMemcpyDeviceToHost));
+  return v;
 }
+
+// The bytes of a device tensor of FP8 codes (after the device's queued work).
+inline std::vector<uint8_t> download_codes(const Tensor& t) { return download_bytes(t); }
 
 // Codes that differ (a count, not a dump of megabyte vectors when a CHECK fails); -1 if the sizes differ.
 inline int64_t code_mismatches(const std::vector<uint8_t>& got, const std::vector<uint8_t>& ref) {
   if (got.size() != ref.size()) return -1;
   int64_t bad = 0;
   for (size_t i = 0; i < got.size(); ++i) bad += got[i] != ref[i];
+  return bad;
+}
+
+// Codes that differ other than as +0 / -0 (0x00 / 0x80: both decode to zero); -1 if the sizes differ.
+inline int64_t code_mismatches_but_zero_sign(const std::vector<uint8_t>& got, const std::vector<uint8_t>& ref) {
+  if (got.size() != ref.size()) return -1;
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) bad += got[i] != ref[i] && ((got[i] | ref[i]) & 0x7F) != 0;
   return bad;
 }
 
