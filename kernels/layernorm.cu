@@ -5,6 +5,7 @@
 // (kernels/fp8_cast.cuh); the residual add with the statistics (and the FP8 codes) is in add_layernorm.cu.
 
 #include "kernels/device_facts.cuh"
+#include "kernels/fp8_convert8.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/layernorm_rows.cuh"
 
@@ -155,24 +156,41 @@ __global__ void layernorm_backward_dwdb_kernel(float* dw, float* db, const bf16*
   }
 }
 
+// Eight floats into shared memory at p (16-byte aligned), as two 16-byte stores.
+__device__ __forceinline__ void store_row8(float* p, const float (&v)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
 // dinp += the LayerNorm backward, and dw, db += its column sums, in one pass over the rows (the 16-byte path, C <=
 // 256 kChunks). Block: 8 warps; row group g (rows 8 g .. 8 g + 7, one per warp) for g = blockIdx.x, + gridDim.x,
 // ...; every warp runs every group (a row past N adds zeros), so the block's barriers line up. Per 256-column
 // chunk, each warp's dw, db terms go through shared memory and thread t adds column 256 k + t over the 8 rows
-// into registers; one atomic per column per block at the end.
-template <int kChunks>
-__global__ void __launch_bounds__(32 * kRowsPerBlock)
+// into registers; one atomic per column per block at the end. kCodes: dinp's new bf16 values are also encoded as
+// dy's E5M2 codes (LayerNormDyCodes; convert8, the cast's bit for bit): a lane's 8 codes of its row go to dy.codes
+// and, through shared memory, thread t gathers column 256 k + t's 8 rows into one 8-byte store of dy.codes_t (N a
+// multiple of 8); their column sums ride with dw's and db's, the statistics are flushed once per block.
+template <int kChunks, bool kCodes>
+__global__ void __launch_bounds__(32 * kRowsPerBlock, kCodes ? 3 : 0)
     layernorm_backward_fused_kernel(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
-                                    const float* mean, const float* rstd, int64_t N, int C) {
-  __shared__ __align__(16) float s_w[kRowsPerBlock][256], s_b[kRowsPerBlock][256];
+                                    const float* mean, const float* rstd, int64_t N, int C, LayerNormDyCodes dy) {
+  constexpr int kCodeRows = kCodes ? kRowsPerBlock : 1;
+  __shared__ __align__(16) float s_w[kRowsPerBlock][256], s_b[kRowsPerBlock][256], s_c[kCodeRows][256];
+  __shared__ __align__(16) uint8_t s_codes[kCodeRows][256];  // row warp's codes of the chunk's 256 columns
+  __shared__ float s_colsum[kCodes ? 256 * kChunks : 1];     // the codes' column sums: thread t's columns only
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float acc_w[kChunks] = {}, acc_b[kChunks] = {};  // columns 256 k + threadIdx.x
+  if constexpr (kCodes)
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) s_colsum[256 * k + threadIdx.x] = 0.0f;
+  ThreadStats st;
+  const float scale = kCodes ? *dy.scale : 0.0f;
   const int64_t groups = (N + kRowsPerBlock - 1) / kRowsPerBlock;
   for (int64_t grp = blockIdx.x; grp < groups; grp += gridDim.x) {
     const int64_t row = grp * kRowsPerBlock + warp;
     const bool live = row < N;  // warp-uniform
     const bf16* x = inp + (live ? row : 0) * C;
-    const bf16* dy = dout + (live ? row : 0) * C;
+    const bf16* dy_row = dout + (live ? row : 0) * C;
     bf16* dx = dinp + (live ? row : 0) * C;
     float m = 0.0f, s = 0.0f, dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
     if (live) {
@@ -185,7 +203,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
         if (c0 >= C) break;
         float xv[8], dv[8], wv[8];
         load8<true>(x, c0, C, xv);
-        load8<true>(dy, c0, C, dv);
+        load8<true>(dy_row, c0, C, dv);
         load8<true>(w, c0, C, wv);
         add_dnorm_sums(xv, dv, wv, m, s, dnorm_sum, dnorm_norm_sum);
       }
@@ -196,11 +214,12 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
     for (int k = 0; k < kChunks; ++k) {
       if (k * 256 >= C) break;  // block-uniform
       const int c0 = k * 256 + lane * 8;
-      float cw[8] = {}, cb[8] = {};
+      float cw[8] = {}, cb[8] = {}, cc[8] = {};
+      uint2 code = {0u, 0u};
       if (live && c0 < C) {
         float xv[8], dv[8], wv[8], acc[8];
         load8<true>(x, c0, C, xv);
-        load8<true>(dy, c0, C, dv);
+        load8<true>(dy_row, c0, C, dv);
         load8<true>(w, c0, C, wv);
         load8<true>(dx, c0, C, acc);
         add_dinp(acc, xv, dv, wv, m, s, dnorm_mean, dnorm_norm_mean);
@@ -210,18 +229,40 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
           cw[i] = dv[i] * ((xv[i] - m) * s);  // dy * norm
           cb[i] = dv[i];
         }
+        if constexpr (kCodes) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) cc[i] = __bfloat162float(__float2bfloat16_rn(acc[i]));  // what dinp holds
+          code = convert8<Fp8Format::e5m2>(cc, scale, st);
+          if (dy.codes) *reinterpret_cast<uint2*>(dy.codes + row * C + c0) = code;
+        }
       }
-      float4* sw = reinterpret_cast<float4*>(&s_w[warp][lane * 8]);
-      float4* sb = reinterpret_cast<float4*>(&s_b[warp][lane * 8]);
-      sw[0] = make_float4(cw[0], cw[1], cw[2], cw[3]);
-      sw[1] = make_float4(cw[4], cw[5], cw[6], cw[7]);
-      sb[0] = make_float4(cb[0], cb[1], cb[2], cb[3]);
-      sb[1] = make_float4(cb[4], cb[5], cb[6], cb[7]);
+      store_row8(&s_w[warp][lane * 8], cw);
+      store_row8(&s_b[warp][lane * 8], cb);
+      if constexpr (kCodes) {
+        store_row8(&s_c[warp][lane * 8], cc);
+        *reinterpret_cast<uint2*>(&s_codes[warp][lane * 8]) = code;
+      }
       __syncthreads();
 #pragma unroll
       for (int r = 0; r < kRowsPerBlock; ++r) {
         acc_w[k] += s_w[r][threadIdx.x];
         acc_b[k] += s_b[r][threadIdx.x];
+      }
+      if constexpr (kCodes) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kRowsPerBlock; ++r) sum += s_c[r][threadIdx.x];
+        s_colsum[256 * k + threadIdx.x] += sum;
+        const int c = k * 256 + static_cast<int>(threadIdx.x);
+        if (dy.codes_t && c < C) {
+          uint32_t lo = 0, hi = 0;
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            lo |= uint32_t{s_codes[r][threadIdx.x]} << (8 * r);
+            hi |= uint32_t{s_codes[r + 4][threadIdx.x]} << (8 * r);
+          }
+          *reinterpret_cast<uint2*>(dy.codes_t + int64_t{c} * N + grp * kRowsPerBlock) = make_uint2(lo, hi);
+        }
       }
       __syncthreads();  // the chunk's terms are read before the next chunk's overwrite them
     }
@@ -232,7 +273,9 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
     if (c >= C) break;
     atomicAdd(&dw[c], acc_w[k]);
     atomicAdd(&db[c], acc_b[k]);
+    if (kCodes && dy.stats.colsum) atomicAdd(&dy.stats.colsum[c], s_colsum[c]);
   }
+  if constexpr (kCodes) flush_block_stats<32 * kRowsPerBlock>(st, dy.stats);
 }
 
 }  // namespace
@@ -267,33 +310,51 @@ void layernorm_stats(float* mean, float* rstd, const bf16* inp, int64_t N, int C
   CUDA_CHECK_LAUNCH();
 }
 
+bool layernorm_backward_writes_dy_codes(int64_t N, int C) { return N > 0 && N % 8 == 0 && C % 8 == 0 && C <= 4096; }
+
 void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
-                        const float* mean, const float* rstd, int64_t N, int C, cudaStream_t stream) {
+                        const float* mean, const float* rstd, int64_t N, int C, cudaStream_t stream,
+                        const LayerNormDyCodes* dy) {
   FP8T_CHECK(N > 0 && C > 0, "layernorm_backward: bad sizes N={} C={}", N, C);
   const bool vec = C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
   const unsigned blocks = row_blocks(N, "layernorm_backward");
   const int threads = 32 * kRowsPerBlock;
+  if (dy) {
+    FP8T_CHECK(vec && layernorm_backward_writes_dy_codes(N, C) && dy->scale && (dy->codes || dy->codes_t) &&
+                   reinterpret_cast<uintptr_t>(dy->codes) % 8 == 0 && reinterpret_cast<uintptr_t>(dy->codes_t) % 8 == 0,
+               "layernorm_backward: dy codes need N % 8 == 0 (N={}), C % 8 == 0 and C <= 4096 (C={}), 16-byte aligned "
+               "rows, a scale and 8-byte aligned codes",
+               N, C);
+  }
   // One pass, dinp and the column sums together; the two-kernel backward below takes the other shapes.
   if (vec && C <= 256 * 16) {
-    static PerDevice<int> resident[5];  // by kernel below
+    static PerDevice<int> resident[10];  // by kernel below
     auto launch = [&](auto kernel, PerDevice<int>& resident) {
       // One wave of blocks (the occupancy calculator's, 4 per SM at 64 registers): row groups loop, and the column
       // atomics stay few. (3 per SM left a quarter of the SMs' slots empty: Nsight Compute, twenty-first session.)
       const int slots = resident.get([&] { return resident_blocks(reinterpret_cast<const void*>(kernel), threads); });
       const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, slots));
-      kernel<<<grid, threads, 0, stream>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+      kernel<<<grid, threads, 0, stream>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C,
+                                           dy ? *dy : LayerNormDyCodes{});
       CUDA_CHECK_LAUNCH();
     };
-    if (C <= 256)
-      launch(layernorm_backward_fused_kernel<1>, resident[0]);
-    else if (C <= 512)
-      launch(layernorm_backward_fused_kernel<2>, resident[1]);
-    else if (C <= 1024)
-      launch(layernorm_backward_fused_kernel<4>, resident[2]);
-    else if (C <= 2048)
-      launch(layernorm_backward_fused_kernel<8>, resident[3]);
+    auto by_width = [&]<bool kCodes>() {
+      PerDevice<int>* r = resident + (kCodes ? 5 : 0);
+      if (C <= 256)
+        launch(layernorm_backward_fused_kernel<1, kCodes>, r[0]);
+      else if (C <= 512)
+        launch(layernorm_backward_fused_kernel<2, kCodes>, r[1]);
+      else if (C <= 1024)
+        launch(layernorm_backward_fused_kernel<4, kCodes>, r[2]);
+      else if (C <= 2048)
+        launch(layernorm_backward_fused_kernel<8, kCodes>, r[3]);
+      else
+        launch(layernorm_backward_fused_kernel<16, kCodes>, r[4]);
+    };
+    if (dy)
+      by_width.template operator()<true>();
     else
-      launch(layernorm_backward_fused_kernel<16>, resident[4]);
+      by_width.template operator()<false>();
     return;
   }
   if (vec)

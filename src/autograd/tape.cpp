@@ -102,6 +102,13 @@ bool gradient_read_only_by_last_node(const Var& v, const Var& other) {
   return true;
 }
 
+std::weak_ptr<GradCell> residual_dy_cell(const Var& x) {
+  const Tape* tape = current_tape();
+  const GradCell& cell = *x->grad_cell;
+  if (!tape || cell.residual_tape != tape->id() || cell.residual_node + 1 != tape->size()) return {};
+  return cell.residual_b;
+}
+
 void Tape::record(const char* name, std::function<void()> backward) {
   nodes_.push_back(Node{name, std::move(backward), nullptr});
 }

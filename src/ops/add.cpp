@@ -61,8 +61,11 @@ Var add(const Var& a, const Var& b, RowStats* stats) {
     // b's producer recorded just before this node, reads b's gradient only and does not write a's (a residual
     // branch's last linear): b may share d(out)'s buffer too, as its backward runs right after this one.
     const bool b_shares = gradient_read_only_by_last_node(b, a);
+    // Such a b whose producer takes its gradient as dy codes: the node recorded next, the last to add into y's
+    // gradient, may write them (residual_dy_cell); b's gradient is then pending as codes when this backward runs.
+    const bool b_codes = b_shares && a != b && b->grad_cell->fp8_dy;
     // Only gradient handles are held: add needs neither input's value in backward.
-    current_tape()->record("add", [ag = grad_ref(a), bg = grad_ref(b), yg = grad_ref(y), b_shares] {
+    current_tape()->record("add", [ag = grad_ref(a), bg = grad_ref(b), yg = grad_ref(y), b_shares, b_codes] {
       const Tensor& dout = grad_of(yg);
       // A gradient that does not exist yet takes d(out) as it is instead of a zero fill and an add:
       // `a` shares d(out)'s buffer (y's backward is done, so nothing else writes it). `b` gets a copy, as later
@@ -76,7 +79,8 @@ Var add(const Var& a, const Var& b, RowStats* stats) {
         else
           add_(grad_of(ag), dout);
       }
-      if (bg.requires_grad) {
+      const PendingGrad& bp = bg.cell->pending;
+      if (bg.requires_grad && !(b_codes && (bp.dy_codes.defined() || bp.dy_codes_t.defined()))) {
         if (!grad_exists(bg) && dout.dtype() == bg.dtype && dout.device() == bg.device) {
           if (b_shares) {
             bg.cell->grad = dout.view(bg.shape);
@@ -89,6 +93,11 @@ Var add(const Var& a, const Var& b, RowStats* stats) {
         }
       }
     });
+    if (b_codes) {
+      y->grad_cell->residual_b = b->grad_cell;
+      y->grad_cell->residual_tape = current_tape()->id();
+      y->grad_cell->residual_node = current_tape()->size() - 1;
+    }
   }
   watch_op("add", y, {&a, &b});
   if (with_norm) {  // recorded right after the add, where layernorm(y, norm_w, norm_b) would be

@@ -206,6 +206,7 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
     s.ln_x = x;
     s.ln_mean = ln_mean;
     s.ln_rstd = ln_rstd;
+    s.ln_residual = residual_dy_cell(x);
   }
   current_tape()->record(node, [s = std::move(s)] { backward_stage(s); });
   mark_gradient_read_only(y, {&x, &w, &b, &input.ln_w, &input.ln_b});

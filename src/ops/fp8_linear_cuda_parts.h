@@ -65,6 +65,7 @@ struct Fp8LinearSaved {
   QuantizedTensor pre_saved;  //   with fp8_all its per-row codes
   Var ln_x;                   // LayerNorm prologue: the LayerNorm backward's input x, and its statistics
   Tensor ln_mean, ln_rstd;
+  std::weak_ptr<GradCell> ln_residual;  // residual_dy_cell(x) (autograd/tape.h)
 };
 
 // The backward stage (fp8_linear_backward_cuda.cpp): the node the forward stage records.

@@ -16,14 +16,20 @@ Var layernorm_output(const Var& x, const Var& w, const Var& b, Tensor out, Tenso
   Var y = make_output(std::move(out));
   if (needs_grad(x, w, b)) {
     y->requires_grad = true;
-    current_tape()->record("layernorm", [x, w, b, yg = grad_ref(y), mean, rstd, N, C] {
+    // x = add(a, b) recorded just before: this backward finishes x's gradient, which may be b's dy codes too.
+    current_tape()->record("layernorm", [x, w, b, yg = grad_ref(y), mean, rstd, N, C,
+                                         residual = residual_dy_cell(x)] {
       const Tensor& dout = grad_of(yg);
       dispatch(
           "layernorm backward", dout,
           [&] {
             Tensor dx = grad_or_scratch(x, x->value.dtype());
             GradSink dw(w, DType::f32, /*scratch=*/true), db(b, DType::f32, /*scratch=*/true);
-            cuda_ops::layernorm_backward(dx, dw.tensor(), db.tensor(), dout, x->value, w->value, mean, rstd);
+            if (x->requires_grad)
+              cuda_ops::layernorm_backward_residual(dx, dw.tensor(), db.tensor(), dout, x->value, w->value, mean, rstd,
+                                                    residual);
+            else
+              cuda_ops::layernorm_backward(dx, dw.tensor(), db.tensor(), dout, x->value, w->value, mean, rstd);
             dw.commit();
             db.commit();
           },

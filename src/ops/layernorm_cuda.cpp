@@ -2,6 +2,8 @@
 // kernels/layernorm.cuh on the compute stream.
 #include "ops/layernorm_cuda.h"
 
+#include "autograd/finite_watch.h"
+#include "core/cuda_check.h"
 #include "kernels/layernorm.cuh"
 #include "kernels/stream.cuh"
 #include "ops/op_checks.h"
@@ -30,8 +32,12 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
                        b.data<bf16>(), N, to_int(C, op, "C"), k::compute_stream());
 }
 
-void layernorm_backward(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout, const Tensor& inp, const Tensor& w,
-                        const Tensor& mean, const Tensor& rstd) {
+namespace {
+
+bool aligned(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; }
+
+void backward(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout, const Tensor& inp, const Tensor& w,
+              const Tensor& mean, const Tensor& rstd, const k::LayerNormDyCodes* dy) {
   const char* op = "layernorm_backward";
   expect(dinp, DType::bf16, op, "dinp");
   expect(dout, DType::bf16, op, "dout");
@@ -51,7 +57,46 @@ void layernorm_backward(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout
   expect_numel(rstd, N, op, "rstd");
   k::layernorm_backward(dinp.data<bf16>(), dw.data<float>(), db.data<float>(), dout.data<bf16>(), inp.data<bf16>(),
                         w.data<bf16>(), mean.data<float>(), rstd.data<float>(), N, to_int(C, op, "C"),
-                        k::compute_stream());
+                        k::compute_stream(), dy);
+}
+
+}  // namespace
+
+void layernorm_backward(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout, const Tensor& inp, const Tensor& w,
+                        const Tensor& mean, const Tensor& rstd) {
+  backward(dinp, dw, db, dout, inp, w, mean, rstd, nullptr);
+}
+
+bool layernorm_backward_residual(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout, const Tensor& inp,
+                                 const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                                 const std::weak_ptr<GradCell>& residual) {
+  const std::shared_ptr<GradCell> cell = residual.lock();
+  const Fp8DyRequest* request = cell && !finite_watch() ? cell->fp8_dy.get() : nullptr;
+  const int64_t C = inp.ndim() >= 1 ? inp.dim(-1) : 0, N = C > 0 ? inp.numel() / C : 0;
+  if (!request || !request->scale || !(request->codes || request->codes_t) || cell->pending.defined() ||
+      cell->grad.defined() || C > 4096 || !k::layernorm_backward_writes_dy_codes(N, static_cast<int>(C)) ||
+      !aligned(dinp) || !aligned(dout) || !aligned(inp) || !aligned(w)) {
+    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd);
+    return false;
+  }
+  const Device device = inp.device();
+  PendingGrad p;
+  if (request->codes) p.dy_codes = Tensor::empty({N, C}, DType::e5m2, device, MemCategory::workspace);
+  if (request->codes_t) p.dy_codes_t = Tensor::empty({C, N}, DType::e5m2, device, MemCategory::workspace);
+  p.dy_stats = Tensor::empty({k::cast_stats_floats(C)}, DType::f32, device, MemCategory::workspace);
+  CUDA_CHECK(cudaMemsetAsync(p.dy_stats.raw(), 0, p.dy_stats.nbytes(), k::compute_stream()));
+  float* stats = p.dy_stats.data<float>();
+  const k::LayerNormDyCodes dy{
+      .codes = request->codes ? p.dy_codes.data<uint8_t>() : nullptr,
+      .codes_t = request->codes_t ? p.dy_codes_t.data<uint8_t>() : nullptr,
+      .scale = request->scale,
+      .stats = {.amax = stats + k::cast_stats_amax_index(C),
+                .saturated = reinterpret_cast<unsigned long long*>(stats + k::cast_stats_amax_index(C) + 2),
+                .colsum = request->colsum ? stats : nullptr}};
+  backward(dinp, dw, db, dout, inp, w, mean, rstd, &dy);
+  p.materialize = [dinp](const Tensor&, const Tensor&) { return dinp; };
+  cell->pending = std::move(p);
+  return true;
 }
 
 }  // namespace fp8t::cuda_ops

@@ -128,3 +128,73 @@ TEST_CASE("autograd: a gradient pending as cast codes is written by its material
   CHECK_FALSE(v->grad_cell->pending.defined());
   CHECK_FALSE(v->grad_cell->pending.dy_codes_t.defined());
 }
+
+TEST_CASE("autograd: add hands a residual branch's dy request to the next node only", "[autograd]") {
+  // b = linear(x) (reads its gradient only, recorded just before the add) asking for dy codes: the node recorded right
+  // after y = add(a, b) is the last to add into y's gradient, and may leave b's as codes (residual_dy_cell); a node
+  // recorded later, another tape, a b that asks nothing, or a == b, may not.
+  auto leaf = [](std::vector<float> v, Shape s) { return make_var(Tensor::from_vector(v, s), true); };
+  const Var x = leaf({1.0f, -2.0f, 0.5f, 3.0f}, {2, 2}), w = leaf({0.5f, 1.0f, -1.0f, 2.0f}, {2, 2});
+  const Var bias = leaf({0.25f, -0.5f}, {2}), a = leaf({1.0f, 2.0f, 3.0f, 4.0f}, {2, 2});
+  Tape tape;
+  TapeScope scope(&tape);
+  Var b = linear(x, w, bias);
+  b->grad_cell->fp8_dy = std::make_shared<const Fp8DyRequest>(Fp8DyRequest{.codes = true});
+  const Var y = add(a, b);
+  CHECK(residual_dy_cell(y).lock() == b->grad_cell);
+  {
+    Tape other;
+    TapeScope inner(&other);
+    CHECK_FALSE(residual_dy_cell(y).lock());
+  }
+  const Var z = add(y, a);  // a node after the add: y's gradient is no longer final in the next node's backward
+  CHECK_FALSE(residual_dy_cell(y).lock());
+  CHECK_FALSE(residual_dy_cell(z).lock());  // a's producer is no linear recorded just before
+  Var b2 = linear(x, w, bias);
+  CHECK_FALSE(residual_dy_cell(add(a, b2)).lock());  // no request
+  b2 = linear(x, w, bias);
+  b2->grad_cell->fp8_dy = b->grad_cell->fp8_dy;
+  CHECK_FALSE(residual_dy_cell(add(b2, b2)).lock());  // a == b
+}
+
+TEST_CASE("autograd: a residual branch's gradient left as codes by the node after the add", "[autograd]") {
+  // As the FP8 LayerNorm linear's backward does (ops/layernorm_cuda.h): the node right after y = add(a, b) finishes
+  // y's gradient and leaves b's pending as codes; add's backward then gives a the gradient and leaves b's alone, and
+  // b's producer (here a bf16 linear, which reads it through grad_of) gets y's gradient from materialize.
+  auto leaf = [](std::vector<float> v, Shape s) { return make_var(Tensor::from_vector(v, s), true); };
+  const Var x = leaf({1.0f, -2.0f, 0.5f, 3.0f}, {2, 2}), w = leaf({0.5f, 1.0f, -1.0f, 2.0f}, {2, 2});
+  const Var bias = leaf({0.25f, -0.5f}, {2}), a = leaf({1.0f, 2.0f, 3.0f, 4.0f}, {2, 2});
+  const std::vector<float> dy = {0.5f, -1.0f, 2.0f, 0.25f};
+  int writes = 0;
+  auto run = [&](bool codes) {
+    for (const Var& v : {x, w, bias, a}) v->grad = Tensor();
+    Tape tape;
+    {
+      TapeScope scope(&tape);
+      Var b = linear(x, w, bias);
+      if (codes) b->grad_cell->fp8_dy = std::make_shared<const Fp8DyRequest>(Fp8DyRequest{.codes = true});
+      const Var y = add(a, b);
+      current_tape()->record("finishes y's gradient", [yg = grad_ref(y), cell = residual_dy_cell(y), &dy, &writes] {
+        Tensor& g = grad_of(yg);
+        g.copy_from(Tensor::from_vector(dy, {2, 2}));
+        if (const auto c = cell.lock()) {
+          c->pending.dy_codes = Tensor::from_vector({9.0f}, {1});  // stands in for the codes
+          c->pending.materialize = [g, &writes](const Tensor&, const Tensor&) {
+            ++writes;
+            return g;
+          };
+        }
+      });
+    }
+    TapeScope none(nullptr);
+    tape.run_backward();
+    return std::vector{x->grad.to_float_vector(), w->grad.to_float_vector(), bias->grad.to_float_vector(),
+                       a->grad.to_float_vector()};
+  };
+  const auto plain = run(false);
+  CHECK(writes == 0);
+  const auto coded = run(true);
+  CHECK(writes == 1);
+  CHECK(coded == plain);
+  CHECK(plain[3] == dy);
+}
