@@ -11,14 +11,15 @@ using namespace ops_detail;
 Var attention(const Var& qkv, int n_head, bool store_fp8) {
   FP8T_CHECK(qkv->value.ndim() == 3 && qkv->value.dim(2) % 3 == 0, "attention: qkv must be (B, T, 3C), got {}",
              qkv->value.str());
-  const bool save_fp8 = store_fp8 && needs_grad(qkv);
   // With FP8 storage forward and backward both run on dequant(q(qkv)), so the backward's recomputed softmax
   // matches the forward's logsumexp exactly: where the kernels read the saved codes themselves (read_codes: CUDA,
-  // head size 64 on a Hopper), both read them; elsewhere the round trip replaces qkv's value in place (ops.h).
-  const bool read_codes = save_fp8 && qkv->value.device().is_cuda() &&
+  // head size 64 on a Hopper), both read them; elsewhere the round trip replaces qkv's value in place (ops.h). A
+  // forward without a tape rounds the same way (a checkpoint's first pass, evaluation): it computes what the
+  // recorded forward and its gradients do.
+  const bool read_codes = store_fp8 && qkv->value.device().is_cuda() &&
                           on_cuda("attention", [&] { return cuda_ops::attention_reads_codes(qkv->value, n_head); });
   QuantizedTensor saved;
-  if (save_fp8) saved = read_codes ? fp8_save(qkv->value, nullptr) : fp8_save_inplace(qkv->value);
+  if (store_fp8) saved = read_codes ? fp8_save(qkv->value, nullptr) : fp8_save_inplace(qkv->value);
   const Tensor& xv = qkv->value;
   const int B = static_cast<int>(xv.dim(0)), T = static_cast<int>(xv.dim(1)), C = static_cast<int>(xv.dim(2) / 3);
   FP8T_CHECK(n_head > 0 && C % n_head == 0, "attention: C = {} is not divisible by n_head = {}", C, n_head);
@@ -39,7 +40,7 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
   if (needs_grad(qkv)) {
     y->requires_grad = true;
     // Holds qkv itself, or only its FP8 codes.
-    current_tape()->record("attention", [qg = grad_ref(qkv), qkv_kept = save_fp8 ? Var() : qkv, saved, read_codes,
+    current_tape()->record("attention", [qg = grad_ref(qkv), qkv_kept = store_fp8 ? Var() : qkv, saved, read_codes,
                                          y, lse, n_head, B, T, C] {
       const Tensor& dout = grad_of(y);
       // The output, or where the projection serves it from its FP8 codes (fp8_linear's serve_input) their

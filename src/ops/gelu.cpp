@@ -11,8 +11,10 @@ Var gelu(const Var& x, bool store_fp8) {
   const bool save_fp8 = store_fp8 && needs_grad(x);
   QuantizedTensor saved;
   // The forward sees what the backward will: x's value becomes its round trip dequant(q(x)), in place
-  // (ops.h: nothing else may need x unrounded).
-  if (save_fp8) saved = fp8_save_inplace(x->value);
+  // (ops.h: nothing else may need x unrounded); also without a gradient (a checkpoint's first pass, evaluation),
+  // so that it computes what the recorded forward does.
+  if (store_fp8) saved = fp8_save_inplace(x->value);
+  if (!save_fp8) saved = QuantizedTensor();
   const Tensor& xv = x->value;
   Tensor out = Tensor::empty(xv.shape(), xv.dtype(), xv.device(), MemCategory::activations);
   dispatch(

@@ -23,9 +23,9 @@ Var embedding(const Tensor& tokens, const Var& wte, const Var& wpe);
 Var linear(const Var& x, const Var& w, const Var& b);
 // x (..., C); w, b (C)  ->  (..., C); eps 1e-5
 Var layernorm(const Var& x, const Var& w, const Var& b);
-// tanh-approximate GELU, elementwise. store_fp8 (with a gradient to compute): x is kept for backward as
-// FP8 codes (fp8/saved.h) and the forward runs on their dequantized values, which overwrite x's value in
-// place: pass an x that nothing else reads unrounded (in GPT, the fc output).
+// tanh-approximate GELU, elementwise. store_fp8: the forward (recorded or not) runs on x's FP8 round trip, which
+// overwrites x's value in place (pass an x that nothing else reads unrounded: in GPT, the fc output), and with a
+// gradient to compute x is kept for backward as those FP8 codes (fp8/saved.h).
 Var gelu(const Var& x, bool store_fp8 = false);
 // linear(gelu(linear(x, w1, b1)), w2, b2). On CUDA in BF16 the GELU runs in the GEMM epilogues (forward:
 // GELU with the pre-activation kept; backward: d(GELU) on the second GEMM's input gradient).
@@ -56,9 +56,9 @@ Var add(const Var& a, const Var& b, RowStats* stats = nullptr);
 // layernorm(x, w, b), or the output the add that made x wrote (from_add->normed, taken from it) where it did.
 Var layernorm(const Var& x, const Var& w, const Var& b, RowStats* from_add);
 // qkv (B, T, 3C) laid out [q | k | v], heads contiguous in C  ->  causal attention output (B, T, C)
-// store_fp8 (with a gradient to compute): qkv is kept for backward as FP8 codes and forward and backward run on
-// their dequantized values. On CUDA with head size 64 on a Hopper the kernels read the codes themselves;
-// elsewhere the dequantized values overwrite qkv's value in place, as in gelu.
+// store_fp8: forward (recorded or not) and backward run on qkv's FP8 round trip, and with a gradient to compute qkv
+// is kept for backward as those FP8 codes. On CUDA with head size 64 on a Hopper the kernels read the codes
+// themselves; elsewhere the dequantized values overwrite qkv's value in place, as in gelu.
 Var attention(const Var& qkv, int n_head, bool store_fp8 = false);
 // logits (B, T, Vp); targets i32 (B, T) in [0, V)  ->  scalar mean cross-entropy over the real
 // vocabulary V (columns >= V never enter the softmax). Backward writes d(logits) in one pass.

@@ -223,6 +223,24 @@ TEST_CASE("fp8: LayerNorm recompute leaves the FP8 model's gradients bit-identic
   }
 }
 
+TEST_CASE("fp8: block recompute gives the FP8 model's loss and gradients - storages", "[fp8]") {
+  // The checkpoint's first (no-grad) forward must compute what the recorded one does: under fp8_all attention runs on
+  // its input's FP8 round trip in both, so the loss it reports is the one whose gradients the step takes.
+  for (ActivationStorage storage : {ActivationStorage::fp8, ActivationStorage::fp8_all}) {
+    INFO("storage " << static_cast<int>(storage));
+    PrecisionConfig p = fp8_precision();
+    p.fp8.activation_storage = storage;
+    p.fp8.scaling = Fp8Scaling::current;  // no state carried between the two runs
+    GPT model(small_model(2), Device::cpu(), DType::f32, 1, p);
+    model.init(4);
+    const Tensor x = random_tokens(2, 8, 100, 7), y = random_tokens(2, 8, 100, 8);
+    const auto [l0, g0] = loss_and_grads(model, x, y, false);
+    const auto [l1, g1] = loss_and_grads(model, x, y, true);
+    CHECK(l0 == l1);
+    CHECK(g0 == g1);
+  }
+}
+
 TEST_CASE("fp8: a damaged FP8 state file is refused with the layer and field, never loaded", "[fp8]") {
   GPT model(small_model(2), Device::cpu(), DType::f32, 1, fp8_precision());
   model.init(1);
