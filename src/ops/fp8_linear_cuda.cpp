@@ -80,12 +80,15 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   // (input.last_reader) the round trip is not written; a scale-from-tensor recipe's amax pass reads it.
   // With no later reader and the scale known, one kernel saves pre and casts GELU of the codes it wrote
   // (fp8_save_rows_gelu_cast: the same codes, without reading them back).
-  const bool save_pre_fp8 = gelu_input && needs_grad(x) && fp8_all;
+  // Without a gradient (a checkpoint's first pass, evaluation) the forward runs on the round trip all the same.
+  const bool round_pre = gelu_input && fp8_all;
+  const bool save_pre_fp8 = round_pre && needs_grad(x);
   const bool cast_from_codes = save_pre_fp8 && !st.input.recipe->scale_from_tensor();
   const bool save_with_cast = cast_from_codes && input.last_reader;
   QuantizedTensor pre_saved;
   if (save_with_cast) pre_saved = fp8_saved_rows_empty(x->value);
   else if (save_pre_fp8) pre_saved = fp8_save_inplace(x->value);
+  else if (round_pre) fp8_save_inplace(x->value);  // nothing kept
   const k::Fp8CastInput cast_input = cast_from_codes ? k::Fp8CastInput::saved_gelu : input.kind;
   const Tensor& xv = x->value;
   // wgrad needs x^T K-major: with fp8 storage the forward cast writes it alongside x. fp8_all with a
