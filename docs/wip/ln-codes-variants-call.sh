@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Session 30, call 3 (slim, H200): main + the LAB switch FP8T_LAB_LN_CODES; 1.5B FP8 t3 / r3 / t4, one round.
+# The LayerNorm codes kernel variants (perf-notes, thirtieth session): run from the repository root after
+# `git apply docs/wip/ln-codes-variants.patch`; 1.5B FP8 t3 / r3 / t4, one round (~4 min on a fresh H200).
 export NCCL_NVLS_ENABLE=0
-cd "$(dirname "$0")/.."; export PATH=$PATH:/usr/local/cuda/bin
+cd "$(dirname "$0")/../.."; mkdir -p .carry; export PATH=$PATH:/usr/local/cuda/bin
 O=$OUT; W=/tmp/w3; L=$W/logs; mkdir -p $L
 S=$(date +%s); el() { echo $(( $(date +%s) - S )); }
 trap 'tar czf $O/logs.tgz -C /tmp w3' EXIT
