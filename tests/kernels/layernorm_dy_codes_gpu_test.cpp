@@ -3,6 +3,7 @@
 // bf16 gradient and the linear's own cast give, and that linear's gradients unchanged.
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -27,9 +28,11 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 // One LayerNorm backward over random (N, C) rows into a random dinp (it accumulates), twice: plainly, then the
-// reference cast of the new dinp to E5M2; and with dy codes (into poisoned codes). dy_scale = fmax / amax * headroom.
-void check_dy_codes(int64_t N, int C, float headroom) {
-  INFO("N=" << N << " C=" << C << ", headroom " << headroom);
+// reference cast of the new dinp to E5M2; and with dy codes (into poisoned codes; `want_codes` / `want_codes_t`: which
+// of the two it asks for, the other must stay poisoned). dy_scale = fmax / amax * headroom.
+void check_dy_codes(int64_t N, int C, float headroom, bool want_codes = true, bool want_codes_t = true) {
+  INFO("N=" << N << " C=" << C << ", headroom " << headroom << ", codes " << want_codes << ", codes_t "
+            << want_codes_t);
   REQUIRE(kernels::layernorm_backward_writes_dy_codes(N, C));
   const Tensor x = upload(round_bf16(randn(N * C, 2.0f)), {N, C}, DType::bf16);
   const Tensor w = upload(round_bf16(randn(C, 0.5f)), {C}, DType::bf16);
@@ -67,8 +70,8 @@ void check_dy_codes(int64_t N, int C, float headroom) {
   CUDA_CHECK(cudaMemset(got_codes_t.raw(), 0x7F, got_codes_t.nbytes()));
   Tensor got_stats = Tensor::zeros({kernels::cast_stats_floats(C)}, DType::f32, kGpu);
   float* gs = got_stats.data<float>();
-  const kernels::LayerNormDyCodes dy{.codes = got_codes.data<uint8_t>(),
-                                     .codes_t = got_codes_t.data<uint8_t>(),
+  const kernels::LayerNormDyCodes dy{.codes = want_codes ? got_codes.data<uint8_t>() : nullptr,
+                                     .codes_t = want_codes_t ? got_codes_t.data<uint8_t>() : nullptr,
                                      .scale = scale.data<float>(),
                                      .stats = {gs + a, reinterpret_cast<unsigned long long*>(gs + a + 2), gs}};
   kernels::layernorm_backward(dinp2.data<bf16>(), dw2.data<float>(), db2.data<float>(), dout.data<bf16>(),
@@ -77,8 +80,13 @@ void check_dy_codes(int64_t N, int C, float headroom) {
   CHECK(download(dinp2) == g);  // dinp bit for bit
   CHECK(reordered_mismatches(download(dw2), download(dw)) == 0);  // other block counts: sums in another order
   CHECK(reordered_mismatches(download(db2), download(db)) == 0);
-  CHECK(code_mismatches_but_zero_sign(download_bytes(got_codes), download_bytes(codes)) == 0);
-  CHECK(code_mismatches_but_zero_sign(download_bytes(got_codes_t), download_bytes(codes_t)) == 0);
+  const auto poisoned_bytes = [](const std::vector<uint8_t>& b) {
+    return std::count(b.begin(), b.end(), uint8_t{0x7F}) == static_cast<std::ptrdiff_t>(b.size());
+  };
+  if (want_codes) CHECK(code_mismatches_but_zero_sign(download_bytes(got_codes), download_bytes(codes)) == 0);
+  else CHECK(poisoned_bytes(download_bytes(got_codes)));
+  if (want_codes_t) CHECK(code_mismatches_but_zero_sign(download_bytes(got_codes_t), download_bytes(codes_t)) == 0);
+  else CHECK(poisoned_bytes(download_bytes(got_codes_t)));
 
   const std::vector<float> got = download(got_stats), want = download(stats);
   uint32_t got_amax = 0, want_amax = 0;
@@ -103,6 +111,8 @@ TEST_CASE("layernorm backward writes the new input gradient as the E5M2 codes th
   for (auto [N, C] : {std::tuple{8, 200}, std::tuple{64, 768}, std::tuple{4096, 1600}, std::tuple{40, 4096}})
     check_dy_codes(N, C, 0.5f);
   check_dy_codes(256, 1600, 8.0f);  // a scale that saturates: the counts agree too
+  check_dy_codes(64, 768, 0.5f, true, false);  // one form asked for (a frozen weight: no wgrad; dgrad not needed)
+  check_dy_codes(64, 768, 0.5f, false, true);
   CHECK_FALSE(kernels::layernorm_backward_writes_dy_codes(12, 768));   // rows not a multiple of 8
   CHECK_FALSE(kernels::layernorm_backward_writes_dy_codes(64, 8192));  // the two-kernel backward
 }
