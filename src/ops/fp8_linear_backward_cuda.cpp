@@ -47,12 +47,8 @@ void dgrad_layernorm(const Fp8LinearSaved& s, const QuantizedTensor& dyq, cudaSt
   expect_cuda(dx, DType::bf16, "the input gradient", s.st->name);
   // x = add(a, b) recorded just before this linear: x's gradient is final here, and b's, which b's producer (an FP8
   // linear) may take as its dy codes written by this pass (ln_residual).
-  if (s.ln_x->requires_grad)
-    cuda_ops::layernorm_backward_residual(dx, dlw.tensor(), dlb.tensor(), dh, x_value, s.prologue.ln_w->value,
-                                          s.ln_mean, s.ln_rstd, s.ln_residual);
-  else
-    cuda_ops::layernorm_backward(dx, dlw.tensor(), dlb.tensor(), dh, x_value, s.prologue.ln_w->value, s.ln_mean,
-                                 s.ln_rstd);
+  cuda_ops::layernorm_backward_residual(dx, dlw.tensor(), dlb.tensor(), dh, x_value, s.prologue.ln_w->value,
+                                        s.ln_mean, s.ln_rstd, s.ln_residual);
   dlw.commit();
   dlb.commit();
 }

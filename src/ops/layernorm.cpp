@@ -25,11 +25,8 @@ Var layernorm_output(const Var& x, const Var& w, const Var& b, Tensor out, Tenso
           [&] {
             Tensor dx = grad_or_scratch(x, x->value.dtype());
             GradSink dw(w, DType::f32, /*scratch=*/true), db(b, DType::f32, /*scratch=*/true);
-            if (x->requires_grad)
-              cuda_ops::layernorm_backward_residual(dx, dw.tensor(), db.tensor(), dout, x->value, w->value, mean, rstd,
-                                                    residual);
-            else
-              cuda_ops::layernorm_backward(dx, dw.tensor(), db.tensor(), dout, x->value, w->value, mean, rstd);
+            cuda_ops::layernorm_backward_residual(dx, dw.tensor(), db.tensor(), dout, x->value, w->value, mean, rstd,
+                                                  residual);
             dw.commit();
             db.commit();
           },

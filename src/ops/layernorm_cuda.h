@@ -16,10 +16,10 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
 void layernorm_backward(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout, const Tensor& inp,
                         const Tensor& w, const Tensor& mean, const Tensor& rstd);
 
-// layernorm_backward, and where `residual` (residual_dy_cell of inp's Var) names a cell that asks for dy codes
-// (fp8_dy), holds no gradient yet and the kernel can write them (not under a FiniteWatch, which reads every gradient
-// as written): dinp's new values also as those E5M2 codes, with the cast's statistics, left in that cell as its
-// pending gradient (materialize gives dinp itself: the cell's gradient is the sum's). True when it did.
+// layernorm_backward, and where `residual` (residual_dy_cell of inp's Var; empty: none) names a cell that asks for
+// dy codes (fp8_dy), holds no gradient yet and the kernel can write them (not under a FiniteWatch, which reads every
+// gradient as written): dinp's new values also as those E5M2 codes, with the cast's statistics, left in that cell as
+// its pending gradient (materialize gives dinp itself: the cell's gradient is the sum's). True when it did.
 bool layernorm_backward_residual(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout, const Tensor& inp,
                                  const Tensor& w, const Tensor& mean, const Tensor& rstd,
                                  const std::weak_ptr<GradCell>& residual);

@@ -52,6 +52,21 @@ inline int64_t code_mismatches_but_zero_sign(const std::vector<uint8_t>& got, co
   return bad;
 }
 
+// The saturation count a cast's kept statistics hold (kernels::cast_stats_floats' layout: the u64 two floats past the
+// amax, at cast_stats_amax_index(cols)).
+inline unsigned long long kept_saturated(const std::vector<float>& stats, int64_t amax_index) {
+  unsigned long long n = 0;
+  std::memcpy(&n, &stats[static_cast<size_t>(amax_index) + 2], 8);
+  return n;
+}
+
+// Two kept cast statistics (a kernel writing dy codes, and the plain cast) with the same amax, bit for bit, and the
+// same saturation count.
+inline void check_same_kept_stats(const std::vector<float>& got, const std::vector<float>& want, int64_t amax_index) {
+  CHECK(std::memcmp(&got[static_cast<size_t>(amax_index)], &want[static_cast<size_t>(amax_index)], 4) == 0);
+  CHECK(kept_saturated(got, amax_index) == kept_saturated(want, amax_index));
+}
+
 // Column sums of a (rows, cols) matrix in double, and of its absolute values (colsum_mismatches' references).
 inline void column_sums(const std::vector<float>& v, int64_t cols, std::vector<double>& sum,
                         std::vector<double>& abs_sum) {
