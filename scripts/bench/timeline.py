@@ -110,9 +110,19 @@ def by_category(inside, begin, end, idle_ms):
 def short(name):
     if name.startswith("("):  # a step boundary, not a kernel
         return name
-    # The namespace first: "(anonymous namespace)::" holds the parenthesis that starts the argument list.
-    name = name.replace("(anonymous namespace)::", "").replace("void ", "").replace("fp8t::kernels::", "")
-    return name.split("(")[0][:90]
+    # The namespace first: "(anonymous namespace)::" holds a parenthesis too.
+    name = name.replace("(anonymous namespace)::", "").replace("void ", "")
+    name = name.replace("fp8t::kernels::", "").replace("fp8t::", "")
+    # The argument list starts at the first "(" outside the template arguments, which keep theirs (enum values print
+    # as "(Fp8CastInput)2"), so each instance of a kernel template is a name of its own.
+    depth = 0
+    for i, ch in enumerate(name):
+        depth += ch == "<"
+        depth -= ch == ">"
+        if ch == "(" and depth == 0 and i > 0:
+            name = name[:i]
+            break
+    return name[:110]
 
 
 def main():
