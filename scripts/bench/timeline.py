@@ -156,11 +156,19 @@ def main():
     for g, before, after in sorted(gaps, key=lambda x: -x[0])[:10]:
         print(f"  {g / 1e3:9.1f} us  after {short(before)}  before {short(after)}")
     groups = defaultdict(lambda: [0, 0])
+    sizes = defaultdict(lambda: [0, 0])  # memsets and memcpys by size ("N bytes")
     for s, e, kind, name in inside:
-        groups[short(name) if kind == "kernel" else kind][0] += 1
-        groups[short(name) if kind == "kernel" else kind][1] += e - s
+        key = short(name) if kind == "kernel" else kind
+        groups[key][0] += 1
+        groups[key][1] += e - s
+        if kind != "kernel":
+            sizes[f"{kind} {name}"][0] += 1
+            sizes[f"{kind} {name}"][1] += e - s
     print("\nmedian step: activities by name, largest total first")
     for name, (n, t) in sorted(groups.items(), key=lambda kv: -kv[1][1])[:30]:
+        print(f"  {t / 1e6:8.3f} ms  {n:5d}x  {name}")
+    print("\nmedian step: memsets and memcpys by size, largest total first")
+    for name, (n, t) in sorted(sizes.items(), key=lambda kv: -kv[1][1])[:12]:
         print(f"  {t / 1e6:8.3f} ms  {n:5d}x  {name}")
 
 
