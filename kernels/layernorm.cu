@@ -5,6 +5,7 @@
 // (kernels/fp8_cast.cuh); the residual add with the statistics (and the FP8 codes) is in add_layernorm.cu.
 
 #include "kernels/device_facts.cuh"
+#include "kernels/fp8_cast.cuh"
 #include "kernels/fp8_convert8.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/layernorm_rows.cuh"
@@ -167,16 +168,15 @@ __device__ __forceinline__ void store_row8(float* p, const float (&v)[8]) {
 // ...; every warp runs every group (a row past N adds zeros), so the block's barriers line up. Per 256-column
 // chunk, each warp's dw, db terms go through shared memory and thread t adds column 256 k + t over the 8 rows
 // into registers; one atomic per column per block at the end. kCodes: dinp's new bf16 values are also encoded as
-// dy's E5M2 codes (LayerNormDyCodes; convert8, the cast's bit for bit): a lane's 8 codes of its row go to dy.codes
-// and, through shared memory, thread t gathers column 256 k + t's 8 rows into one 8-byte store of dy.codes_t (N a
-// multiple of 8); their column sums ride with dw's and db's, the statistics are flushed once per block.
+// dy's E5M2 codes (LayerNormDyCodes; convert8, the cast's bit for bit): a lane's 8 codes of its row go to dy.codes in
+// one 8-byte store (the launcher transposes them for dy.codes_t); their column sums ride with dw's and db's, the
+// statistics are flushed once per block.
 template <int kChunks, bool kCodes>
 __global__ void __launch_bounds__(32 * kRowsPerBlock, kCodes ? 3 : 0)
     layernorm_backward_fused_kernel(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
                                     const float* mean, const float* rstd, int64_t N, int C, LayerNormDyCodes dy) {
   constexpr int kCodeRows = kCodes ? kRowsPerBlock : 1;
   __shared__ __align__(16) float s_w[kRowsPerBlock][256], s_b[kRowsPerBlock][256], s_c[kCodeRows][256];
-  __shared__ __align__(16) uint8_t s_codes[kCodeRows][256];  // row warp's codes of the chunk's 256 columns
   __shared__ float s_colsum[kCodes ? 256 * kChunks : 1];     // the codes' column sums: thread t's columns only
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float acc_w[kChunks] = {}, acc_b[kChunks] = {};  // columns 256 k + threadIdx.x
@@ -215,7 +215,6 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, kCodes ? 3 : 0)
       if (k * 256 >= C) break;  // block-uniform
       const int c0 = k * 256 + lane * 8;
       float cw[8] = {}, cb[8] = {}, cc[8] = {};
-      uint2 code = {0u, 0u};
       if (live && c0 < C) {
         float xv[8], dv[8], wv[8], acc[8];
         load8<true>(x, c0, C, xv);
@@ -232,16 +231,12 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, kCodes ? 3 : 0)
         if constexpr (kCodes) {
 #pragma unroll
           for (int i = 0; i < 8; ++i) cc[i] = __bfloat162float(__float2bfloat16_rn(acc[i]));  // what dinp holds
-          code = convert8<Fp8Format::e5m2>(cc, scale, st);
-          if (dy.codes) *reinterpret_cast<uint2*>(dy.codes + row * C + c0) = code;
+          *reinterpret_cast<uint2*>(dy.codes + row * C + c0) = convert8<Fp8Format::e5m2>(cc, scale, st);
         }
       }
       store_row8(&s_w[warp][lane * 8], cw);
       store_row8(&s_b[warp][lane * 8], cb);
-      if constexpr (kCodes) {
-        store_row8(&s_c[warp][lane * 8], cc);
-        *reinterpret_cast<uint2*>(&s_codes[warp][lane * 8]) = code;
-      }
+      if constexpr (kCodes) store_row8(&s_c[warp][lane * 8], cc);
       __syncthreads();
 #pragma unroll
       for (int r = 0; r < kRowsPerBlock; ++r) {
@@ -253,16 +248,6 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, kCodes ? 3 : 0)
 #pragma unroll
         for (int r = 0; r < kRowsPerBlock; ++r) sum += s_c[r][threadIdx.x];
         s_colsum[256 * k + threadIdx.x] += sum;
-        const int c = k * 256 + static_cast<int>(threadIdx.x);
-        if (dy.codes_t && c < C) {
-          uint32_t lo = 0, hi = 0;
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            lo |= uint32_t{s_codes[r][threadIdx.x]} << (8 * r);
-            hi |= uint32_t{s_codes[r + 4][threadIdx.x]} << (8 * r);
-          }
-          *reinterpret_cast<uint2*>(dy.codes_t + int64_t{c} * N + grp * kRowsPerBlock) = make_uint2(lo, hi);
-        }
       }
       __syncthreads();  // the chunk's terms are read before the next chunk's overwrite them
     }
@@ -310,7 +295,7 @@ void layernorm_stats(float* mean, float* rstd, const bf16* inp, int64_t N, int C
   CUDA_CHECK_LAUNCH();
 }
 
-bool layernorm_backward_writes_dy_codes(int64_t N, int C) { return N > 0 && N % 8 == 0 && C % 8 == 0 && C <= 4096; }
+bool layernorm_backward_writes_dy_codes(int64_t N, int C) { return N > 0 && C > 0 && C % 8 == 0 && C <= 4096; }
 
 void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
                         const float* mean, const float* rstd, int64_t N, int C, cudaStream_t stream,
@@ -320,10 +305,10 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
   const unsigned blocks = row_blocks(N, "layernorm_backward");
   const int threads = 32 * kRowsPerBlock;
   if (dy) {
-    FP8T_CHECK(vec && layernorm_backward_writes_dy_codes(N, C) && dy->scale && (dy->codes || dy->codes_t) &&
-                   reinterpret_cast<uintptr_t>(dy->codes) % 8 == 0 && reinterpret_cast<uintptr_t>(dy->codes_t) % 8 == 0,
-               "layernorm_backward: dy codes need N % 8 == 0 (N={}), C % 8 == 0 and C <= 4096 (C={}), 16-byte aligned "
-               "rows, a scale and 8-byte aligned codes",
+    FP8T_CHECK(vec && layernorm_backward_writes_dy_codes(N, C) && dy->scale && dy->codes &&
+                   reinterpret_cast<uintptr_t>(dy->codes) % 8 == 0,
+               "layernorm_backward: dy codes need C % 8 == 0 and C <= 4096 (N={}, C={}), 16-byte aligned rows, a "
+               "scale and 8-byte aligned row-major codes",
                N, C);
   }
   // One pass, dinp and the column sums together; the two-kernel backward below takes the other shapes.
@@ -351,10 +336,14 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
       else
         launch(layernorm_backward_fused_kernel<16, kCodes>, r[4]);
     };
-    if (dy)
-      by_width.template operator()<true>();
-    else
+    if (!dy) {
       by_width.template operator()<false>();
+      return;
+    }
+    by_width.template operator()<true>();
+    // The transposed copy from the row-major codes: the kernel's own transposed stores (8 rows gathered through
+    // shared memory per 8-byte store) took 161 us where this pair takes 143 (H100, 1.5B widths; docs/perf-notes.md).
+    if (dy->codes_t) fp8_transpose(dy->codes, N, C, dy->codes_t, stream);
     return;
   }
   if (vec)

@@ -32,16 +32,16 @@ void add_layernorm_cast(__nv_bfloat16* out, float* mean, float* rstd, uint8_t* c
                         Fp8Format format, const float* scale, Fp8CastOutputs stats, cudaStream_t stream);
 // The LayerNorm backward's new dinp written also as an FP8 linear's E5M2 dy codes: the residual branch's proj or fc2,
 // whose output gradient is the sum's that this LayerNorm finishes (autograd/variable.h: GradCell::residual_dy).
-// codes (N, C) and / or codes_t (C, N), each code to_fp8(bf16(dinp) * *scale) bit for bit as fp8_cast of the bf16
-// dinp gives, and that cast's statistics and column sums added into stats (null members skipped).
+// codes (N, C) and, optionally, codes_t (C, N) (fp8_transpose of codes after the kernel), each code
+// to_fp8(bf16(dinp) * *scale) bit for bit as fp8_cast of the bf16 dinp gives, and that cast's statistics and column
+// sums added into stats (null members skipped).
 struct LayerNormDyCodes {
   uint8_t* codes = nullptr;
   uint8_t* codes_t = nullptr;
   const float* scale = nullptr;
   Fp8CastOutputs stats;
 };
-// Whether layernorm_backward can write dy codes for N rows of C: the one-pass kernel's shapes, and N a multiple of 8
-// (the transposed codes' 8-byte stores).
+// Whether layernorm_backward can write dy codes for N rows of C: the one-pass kernel's shapes.
 bool layernorm_backward_writes_dy_codes(int64_t N, int C);
 // dinp (N, C) bf16 +=; dw, db (C) f32 += (atomics across row chunks); dy (where layernorm_backward_writes_dy_codes and
 // the rows are 16-byte aligned; else an error): dinp's new values as dy codes too.

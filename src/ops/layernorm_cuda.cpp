@@ -81,13 +81,16 @@ bool layernorm_backward_residual(Tensor& dinp, Tensor& dw, Tensor& db, const Ten
   }
   const Device device = inp.device();
   PendingGrad p;
-  if (request->codes) p.dy_codes = Tensor::empty({N, C}, DType::e5m2, device, MemCategory::workspace);
+  // The kernel writes row-major codes always (the transposed ones are their transpose): where only codes_t is asked
+  // for, into a scratch that is released once the transpose has read it (stream order).
+  const Tensor codes = Tensor::empty({N, C}, DType::e5m2, device, MemCategory::workspace);
+  if (request->codes) p.dy_codes = codes;
   if (request->codes_t) p.dy_codes_t = Tensor::empty({C, N}, DType::e5m2, device, MemCategory::workspace);
   p.dy_stats = Tensor::empty({k::cast_stats_floats(C)}, DType::f32, device, MemCategory::workspace);
   CUDA_CHECK(cudaMemsetAsync(p.dy_stats.raw(), 0, p.dy_stats.nbytes(), k::compute_stream()));
   float* stats = p.dy_stats.data<float>();
   const k::LayerNormDyCodes dy{
-      .codes = request->codes ? p.dy_codes.data<uint8_t>() : nullptr,
+      .codes = codes.data<uint8_t>(),
       .codes_t = request->codes_t ? p.dy_codes_t.data<uint8_t>() : nullptr,
       .scale = request->scale,
       .stats = {.amax = stats + k::cast_stats_amax_index(C),

@@ -28,11 +28,10 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 // One LayerNorm backward over random (N, C) rows into a random dinp (it accumulates), twice: plainly, then the
-// reference cast of the new dinp to E5M2; and with dy codes (into poisoned codes; `want_codes` / `want_codes_t`: which
-// of the two it asks for, the other must stay poisoned). dy_scale = fmax / amax * headroom.
-void check_dy_codes(int64_t N, int C, float headroom, bool want_codes = true, bool want_codes_t = true) {
-  INFO("N=" << N << " C=" << C << ", headroom " << headroom << ", codes " << want_codes << ", codes_t "
-            << want_codes_t);
+// reference cast of the new dinp to E5M2; and with dy codes (into poisoned codes; `want_codes_t`: whether it asks for
+// the transposed codes too, which otherwise must stay poisoned). dy_scale = fmax / amax * headroom.
+void check_dy_codes(int64_t N, int C, float headroom, bool want_codes_t = true) {
+  INFO("N=" << N << " C=" << C << ", headroom " << headroom << ", codes_t " << want_codes_t);
   REQUIRE(kernels::layernorm_backward_writes_dy_codes(N, C));
   const Tensor x = upload(round_bf16(randn(N * C, 2.0f)), {N, C}, DType::bf16);
   const Tensor w = upload(round_bf16(randn(C, 0.5f)), {C}, DType::bf16);
@@ -70,7 +69,7 @@ void check_dy_codes(int64_t N, int C, float headroom, bool want_codes = true, bo
   CUDA_CHECK(cudaMemset(got_codes_t.raw(), 0x7F, got_codes_t.nbytes()));
   Tensor got_stats = Tensor::zeros({kernels::cast_stats_floats(C)}, DType::f32, kGpu);
   float* gs = got_stats.data<float>();
-  const kernels::LayerNormDyCodes dy{.codes = want_codes ? got_codes.data<uint8_t>() : nullptr,
+  const kernels::LayerNormDyCodes dy{.codes = got_codes.data<uint8_t>(),
                                      .codes_t = want_codes_t ? got_codes_t.data<uint8_t>() : nullptr,
                                      .scale = scale.data<float>(),
                                      .stats = {gs + a, reinterpret_cast<unsigned long long*>(gs + a + 2), gs}};
@@ -83,8 +82,7 @@ void check_dy_codes(int64_t N, int C, float headroom, bool want_codes = true, bo
   const auto poisoned_bytes = [](const std::vector<uint8_t>& b) {
     return std::count(b.begin(), b.end(), uint8_t{0x7F}) == static_cast<std::ptrdiff_t>(b.size());
   };
-  if (want_codes) CHECK(code_mismatches_but_zero_sign(download_bytes(got_codes), download_bytes(codes)) == 0);
-  else CHECK(poisoned_bytes(download_bytes(got_codes)));
+  CHECK(code_mismatches_but_zero_sign(download_bytes(got_codes), download_bytes(codes)) == 0);
   if (want_codes_t) CHECK(code_mismatches_but_zero_sign(download_bytes(got_codes_t), download_bytes(codes_t)) == 0);
   else CHECK(poisoned_bytes(download_bytes(got_codes_t)));
 
@@ -101,14 +99,14 @@ void check_dy_codes(int64_t N, int C, float headroom, bool want_codes = true, bo
 TEST_CASE("layernorm backward writes the new input gradient as the E5M2 codes the cast gives",
           "[gpu][layernorm][fp8]") {
   // C: one partial 256-column chunk, GPT-2 124M's and 1.5B's widths (3 and 7 chunks, the last partial), the widest
-  // one-pass kernel; N: one row group, and many more than one wave of blocks.
-  for (auto [N, C] : {std::tuple{8, 200}, std::tuple{64, 768}, std::tuple{4096, 1600}, std::tuple{40, 4096}})
+  // one-pass kernel; N: one row group, a partial one, and many more than one wave of blocks.
+  for (auto [N, C] : {std::tuple{8, 200}, std::tuple{12, 768}, std::tuple{64, 768}, std::tuple{4096, 1600},
+                      std::tuple{40, 4096}})
     check_dy_codes(N, C, 0.5f);
   check_dy_codes(256, 1600, 8.0f);  // a scale that saturates: the counts agree too
-  check_dy_codes(64, 768, 0.5f, true, false);  // one form asked for (a frozen weight: no wgrad; dgrad not needed)
-  check_dy_codes(64, 768, 0.5f, false, true);
-  CHECK_FALSE(kernels::layernorm_backward_writes_dy_codes(12, 768));   // rows not a multiple of 8
+  check_dy_codes(64, 768, 0.5f, false);  // row-major codes only (a frozen weight: no wgrad)
   CHECK_FALSE(kernels::layernorm_backward_writes_dy_codes(64, 8192));  // the two-kernel backward
+  CHECK_FALSE(kernels::layernorm_backward_writes_dy_codes(64, 100));   // rows not 16-byte vectors
 }
 
 namespace {
@@ -116,13 +114,14 @@ namespace {
 struct StepResult {
   std::vector<float> dx, dh, dw, db, dlw, dlb;
   Fp8DeviceSlot dy_slot;
-  bool codes_left = false;  // proj's gradient was left as codes when its backward came
+  bool codes_left = false, codes_t_left = false;  // proj's gradient was left as codes when its backward came
 };
 
 // y = fc(ln(x + proj(h))) with FP8 linears proj (C -> C) and fc (LayerNorm prologue, C -> 4C), two steps (the second
 // with delayed scales from the first). `fused`: proj asks for its dy as codes and fc's LayerNorm backward writes them;
-// else the request is withdrawn and proj casts its dy itself.
-std::vector<StepResult> run_residual(int64_t M, int C, ActivationStorage storage, bool fused) {
+// else the request is withdrawn and proj casts its dy itself. `h_grad` false: proj's input needs no gradient, so proj
+// asks for the transposed codes only (wgrad's).
+std::vector<StepResult> run_residual(int64_t M, int C, ActivationStorage storage, bool fused, bool h_grad = true) {
   Fp8Config cfg;
   cfg.activation_storage = storage;
   Fp8LinearState proj_st("h.0.attn.c_proj", cfg), fc_st("h.0.mlp.c_fc", cfg);
@@ -139,7 +138,7 @@ std::vector<StepResult> run_residual(int64_t M, int C, ActivationStorage storage
   std::vector<StepResult> steps;
   for (int step = 0; step < 2; ++step) {
     Var x = make_var(upload(round_bf16(randn(M * C)), {M, C}, DType::bf16), true);
-    Var h = make_var(upload(round_bf16(randn(M * C)), {M, C}, DType::bf16), true);
+    Var h = make_var(upload(round_bf16(randn(M * C)), {M, C}, DType::bf16), h_grad);
     const Tensor dout = upload(round_bf16(randn(M * 4 * C, 1e-2f)), {M, 4 * C}, DType::bf16);
     for (const Var& p : {pw, pb, fw, fb, lw, lb}) p->grad.zero_();
     Tape tape;
@@ -156,14 +155,16 @@ std::vector<StepResult> run_residual(int64_t M, int C, ActivationStorage storage
     StepResult r;
     // The node before proj's (the add's, nodes_left 1) has run: what proj's backward finds in its output's cell.
     tape.set_progress_hook([&r, cell = hp->grad_cell](size_t left) {
-      if (left == 1) r.codes_left = cell->pending.dy_codes.defined() && cell->pending.dy_codes_t.defined();
+      if (left != 1) return;
+      r.codes_left = cell->pending.dy_codes.defined();
+      r.codes_t_left = cell->pending.dy_codes_t.defined();
     });
     {
       TapeScope none(nullptr);
       tape.run_backward();
     }
     r.dx = download(grad_of(x));
-    r.dh = download(grad_of(h));
+    if (h_grad) r.dh = download(grad_of(h));
     r.dw = download(pw->grad);
     r.db = download(pb->grad);
     r.dlw = download(lw->grad);
@@ -189,8 +190,8 @@ TEST_CASE("layernorm backward's dy codes: the FP8 proj linear's gradients as wit
       const auto cast = run_residual(M, C, storage, false);
       for (size_t step = 0; step < fused.size(); ++step) {
         INFO("step " << step);
-        CHECK(fused[step].codes_left);  // the LayerNorm backward wrote them
-        CHECK_FALSE(cast[step].codes_left);
+        CHECK((fused[step].codes_left && fused[step].codes_t_left));  // the LayerNorm backward wrote them
+        CHECK_FALSE((cast[step].codes_left || cast[step].codes_t_left));
         CHECK(fused[step].dx == cast[step].dx);  // the residual gradient as before
         CHECK(fused[step].dh == cast[step].dh);  // dgrad and wgrad read the same codes: bit for bit
         CHECK(fused[step].dw == cast[step].dw);
@@ -202,4 +203,23 @@ TEST_CASE("layernorm backward's dy codes: the FP8 proj linear's gradients as wit
         CHECK(fused[step].dy_slot.scale == cast[step].dy_slot.scale);
       }
     }
+}
+
+TEST_CASE("layernorm backward's dy codes: transposed codes only where proj's input needs no gradient",
+          "[gpu][layernorm][fp8]") {
+  for (auto storage : {ActivationStorage::fp8, ActivationStorage::fp8_all}) {
+    INFO("storage " << static_cast<int>(storage));
+    const auto fused = run_residual(160, 320, storage, true, false);
+    const auto cast = run_residual(160, 320, storage, false, false);
+    for (size_t step = 0; step < fused.size(); ++step) {
+      INFO("step " << step);
+      CHECK(fused[step].codes_t_left);  // wgrad's codes, made from a scratch of row-major codes
+      CHECK_FALSE(fused[step].codes_left);
+      CHECK(fused[step].dx == cast[step].dx);
+      CHECK(fused[step].dw == cast[step].dw);
+      CHECK(reordered_mismatches(fused[step].db, cast[step].db) == 0);
+      CHECK(fused[step].dy_slot.amax == cast[step].dy_slot.amax);
+      CHECK(fused[step].dy_slot.scale == cast[step].dy_slot.scale);
+    }
+  }
 }
