@@ -5,17 +5,22 @@
 // InitializeInjection; the program itself needs no change.
 //
 // Output: $FP8T_TIMELINE_OUT (default timeline.csv), one row per activity: kind (kernel | memset | memcpy),
-// start_ns, end_ns (device timestamps), stream, name (demangled, CSV-quoted). Analysis: scripts/bench/timeline.py.
+// start_ns, end_ns (device timestamps), stream, name (demangled, CSV-quoted; a memset's also says which module asked
+// for it, e.g. "4 bytes from libcublasLt.so.13", from the host stack at its API call). Analysis:
+// scripts/bench/timeline.py.
 // Build and run: scripts/bench/timeline.sh. Tracing concurrent kernels keeps them concurrent; it adds a small
 // cost per launch on the host.
 #include <cupti.h>
 #include <cxxabi.h>
+#include <dlfcn.h>
+#include <execinfo.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -25,10 +30,12 @@ struct Activity {
   uint64_t start, end;
   uint32_t stream;
   std::string name;
+  uint32_t correlation = 0;  // memsets: the API call that asked for it (g_callers)
 };
 
 std::mutex g_mutex;
 std::vector<Activity> g_activities;
+std::unordered_map<uint32_t, std::string> g_callers;  // memset API calls' correlation ids -> the calling module
 constexpr size_t kBufferBytes = size_t{8} << 20;
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
@@ -46,7 +53,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       got.push_back({"kernel", k->start, k->end, k->streamId, k->name ? k->name : "?"});
     } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(r);
-      got.push_back({"memset", m->start, m->end, m->streamId, std::to_string(m->bytes) + " bytes"});
+      got.push_back({"memset", m->start, m->end, m->streamId, std::to_string(m->bytes) + " bytes", m->correlationId});
     } else if (r->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(r);
       got.push_back({"memcpy", m->start, m->end, m->streamId, std::to_string(m->bytes) + " bytes"});
@@ -72,6 +79,54 @@ std::string csv_quoted(const std::string& s) {
   return out + "\"";
 }
 
+// The module of the first frame outside CUDA's own libraries and this one: which code asked for a memset (the
+// fp8train executable, or a library such as libcublasLt).
+std::string caller_module() {
+  void* frames[32];
+  const int n = backtrace(frames, 32);
+  for (int i = 1; i < n; ++i) {
+    Dl_info info{};
+    if (!dladdr(frames[i], &info) || !info.dli_fname) continue;
+    std::string mod = info.dli_fname;
+    mod = mod.substr(mod.find_last_of('/') + 1);
+    if (mod.starts_with("libcupti") || mod.starts_with("libcuda.") || mod.starts_with("libcudart") ||
+        mod.starts_with("libfp8t_timeline"))
+      continue;
+    return mod;
+  }
+  return "?";
+}
+
+void CUPTIAPI on_memset_call(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void* data) {
+  const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  if (cb->callbackSite != CUPTI_API_ENTER) return;
+  std::string who = caller_module();
+  std::lock_guard lock(g_mutex);
+  g_callers[cb->correlationId] = std::move(who);
+}
+
+// Memset API calls, runtime and driver, call back on_memset_call (a memset record carries the correlation id of the
+// call that launched it).
+void watch_memset_calls() {
+  CUpti_SubscriberHandle subscriber = nullptr;
+  if (cuptiSubscribe(&subscriber, on_memset_call, nullptr) != CUPTI_SUCCESS) {
+    std::fprintf(stderr, "timeline: cuptiSubscribe failed; memsets are not attributed\n");
+    return;
+  }
+  for (CUpti_CallbackId id : {CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_v3020,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemset_ptds_v7000,
+                              CUPTI_RUNTIME_TRACE_CBID_cudaMemsetAsync_ptsz_v7000})
+    cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+  for (CUpti_CallbackId id :
+       {CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD16_v2,
+        CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,
+        CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,
+        CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2_ptds, CUPTI_DRIVER_TRACE_CBID_cuMemsetD16_v2_ptds,
+        CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2_ptds, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz,
+        CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz})
+    cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+}
+
 void write_at_exit() {
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   const char* env = std::getenv("FP8T_TIMELINE_OUT");
@@ -83,9 +138,13 @@ void write_at_exit() {
   }
   std::lock_guard lock(g_mutex);
   std::fprintf(f, "kind,start_ns,end_ns,stream,name\n");
-  for (const Activity& a : g_activities)
+  for (const Activity& a : g_activities) {
+    std::string name = demangled(a.name);
+    if (const auto it = a.correlation ? g_callers.find(a.correlation) : g_callers.end(); it != g_callers.end())
+      name += " from " + it->second;
     std::fprintf(f, "%s,%llu,%llu,%u,%s\n", a.kind, static_cast<unsigned long long>(a.start),
-                 static_cast<unsigned long long>(a.end), a.stream, csv_quoted(demangled(a.name)).c_str());
+                 static_cast<unsigned long long>(a.end), a.stream, csv_quoted(name).c_str());
+  }
   std::fclose(f);
   std::fprintf(stderr, "timeline: %zu activities -> %s\n", g_activities.size(), path.c_str());
 }
@@ -100,6 +159,7 @@ extern "C" int InitializeInjection() {
   for (CUpti_ActivityKind kind :
        {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_MEMCPY})
     if (cuptiActivityEnable(kind) != CUPTI_SUCCESS) std::fprintf(stderr, "timeline: cannot enable kind %d\n", kind);
+  watch_memset_calls();
   std::atexit(write_at_exit);
   return 1;
 }
