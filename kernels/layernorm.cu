@@ -342,7 +342,8 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
     }
     by_width.template operator()<true>();
     // The transposed copy from the row-major codes: the kernel's own transposed stores (8 rows gathered through
-    // shared memory per 8-byte store) took 161 us where this pair takes 143 (H100, 1.5B widths; docs/perf-notes.md).
+    // shared memory per 8-byte store) took 161 us where this pair takes 143 in Nsight Compute (H100, 1.5B widths),
+    // though the training step's tokens/s did not tell them apart (docs/perf-notes.md, thirty-first session).
     if (dy->codes_t) fp8_transpose(dy->codes, N, C, dy->codes_t, stream);
     return;
   }
