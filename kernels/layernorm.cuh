@@ -32,7 +32,7 @@ void add_layernorm_cast(__nv_bfloat16* out, float* mean, float* rstd, uint8_t* c
                         Fp8Format format, const float* scale, Fp8CastOutputs stats, cudaStream_t stream);
 // The LayerNorm backward's new dinp written also as an FP8 linear's E5M2 dy codes: the residual branch's proj or fc2,
 // whose output gradient is the sum's that this LayerNorm finishes (autograd/variable.h: GradCell::residual_dy).
-// codes (N, C) and, optionally, codes_t (C, N) (fp8_transpose of codes after the kernel), each code
+// codes (N, C), always (non-null), and optionally codes_t (C, N) (fp8_transpose of codes after the kernel), each code
 // to_fp8(bf16(dinp) * *scale) bit for bit as fp8_cast of the bf16 dinp gives, and that cast's statistics and column
 // sums added into stats (null members skipped).
 struct LayerNormDyCodes {
