@@ -205,40 +205,43 @@ precision:
   fs::remove_all(root);
 }
 
+namespace {
+
+// A 2-block FP8 model's loss and gradients (current scaling: no state carried between runs), then again after
+// `recompute` switches a recompute mode on (it returns whether the step recomputes whole blocks): the same bits.
+template <class Recompute>
+void check_recompute_exact(ActivationStorage storage, uint64_t init_seed, uint32_t data_seed, Recompute recompute) {
+  INFO("storage " << static_cast<int>(storage));
+  PrecisionConfig p = fp8_precision();
+  p.fp8.activation_storage = storage;
+  p.fp8.scaling = Fp8Scaling::current;
+  GPT model(small_model(2), Device::cpu(), DType::f32, 1, p);
+  model.init(init_seed);
+  const Tensor x = random_tokens(2, 8, 100, data_seed), y = random_tokens(2, 8, 100, data_seed + 1);
+  const auto [l0, g0] = loss_and_grads(model, x, y, false);
+  const bool blocks = recompute(model);
+  const auto [l1, g1] = loss_and_grads(model, x, y, blocks);
+  CHECK(l0 == l1);
+  CHECK(g0 == g1);
+}
+
+}  // namespace
+
 TEST_CASE("fp8: LayerNorm recompute leaves the FP8 model's gradients bit-identical", "[fp8]") {
   // bf16 storage makes the FP8 linears keep their (LayerNorm-output) inputs, so the backward
   // re-casts the recomputed values; fp8 storage keeps codes and never asks for them.
-  for (ActivationStorage storage : {ActivationStorage::bf16, ActivationStorage::fp8}) {
-    PrecisionConfig p = fp8_precision();
-    p.fp8.activation_storage = storage;
-    p.fp8.scaling = Fp8Scaling::current;  // no state carried between the two runs
-    GPT model(small_model(2), Device::cpu(), DType::f32, 1, p);
-    model.init(9);
-    const Tensor x = random_tokens(2, 8, 100, 5), y = random_tokens(2, 8, 100, 6);
-    const auto [l0, g0] = loss_and_grads(model, x, y, false);
-    model.set_recompute_layernorm(true);
-    const auto [l1, g1] = loss_and_grads(model, x, y, false);
-    CHECK(l0 == l1);
-    CHECK(g0 == g1);
-  }
+  for (ActivationStorage storage : {ActivationStorage::bf16, ActivationStorage::fp8})
+    check_recompute_exact(storage, 9, 5, [](GPT& model) {
+      model.set_recompute_layernorm(true);
+      return false;
+    });
 }
 
 TEST_CASE("fp8: block recompute gives the FP8 model's loss and gradients - storages", "[fp8]") {
   // The checkpoint's first (no-grad) forward must compute what the recorded one does: under fp8_all attention runs on
   // its input's FP8 round trip in both, so the loss it reports is the one whose gradients the step takes.
-  for (ActivationStorage storage : {ActivationStorage::fp8, ActivationStorage::fp8_all}) {
-    INFO("storage " << static_cast<int>(storage));
-    PrecisionConfig p = fp8_precision();
-    p.fp8.activation_storage = storage;
-    p.fp8.scaling = Fp8Scaling::current;  // no state carried between the two runs
-    GPT model(small_model(2), Device::cpu(), DType::f32, 1, p);
-    model.init(4);
-    const Tensor x = random_tokens(2, 8, 100, 7), y = random_tokens(2, 8, 100, 8);
-    const auto [l0, g0] = loss_and_grads(model, x, y, false);
-    const auto [l1, g1] = loss_and_grads(model, x, y, true);
-    CHECK(l0 == l1);
-    CHECK(g0 == g1);
-  }
+  for (ActivationStorage storage : {ActivationStorage::fp8, ActivationStorage::fp8_all})
+    check_recompute_exact(storage, 4, 7, [](GPT&) { return true; });
 }
 
 TEST_CASE("fp8: a damaged FP8 state file is refused with the layer and field, never loaded", "[fp8]") {
