@@ -26,26 +26,39 @@ __global__ void __launch_bounds__(kDqThreads) attention_dq_codes_kernel(const fl
   const float s = *dy.scale;
   ThreadStats st;
   float cs[8] = {};
+  // Every load first: the code stores below (bytes, which may alias anything) would otherwise hold each row's loads
+  // back until the previous row's stores were issued.
+  float4 a[4][2];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int row = 4 * (static_cast<int>(threadIdx.x) / 8) + i, w = row / 16, g = row % 8, r = (row / 8) % 2;
+    const float4* src = reinterpret_cast<const float4*>(src_tile + ((w * 8 + j) * 2 + r) * 64 + 8 * g);
+    a[i][0] = src[0];
+    a[i][1] = src[1];
+  }
+  uint2 codes[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int row = 4 * (static_cast<int>(threadIdx.x) / 8) + i, q = tile * kDyTile + row;
     const bool inside = q < T;
-    const int w = row / 16, g = row % 8, r = (row / 8) % 2;
-    const float* src = src_tile + ((w * 8 + j) * 2 + r) * 64 + 8 * g;
-    const float4 a0 = reinterpret_cast<const float4*>(src)[0], a1 = reinterpret_cast<const float4*>(src)[1];
-    const float acc[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    const float acc[8] = {a[i][0].x, a[i][0].y, a[i][0].z, a[i][0].w, a[i][1].x, a[i][1].y, a[i][1].z, a[i][1].w};
     float x[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       x[e] = inside ? bf16_rounded(0.0f + scale * acc[e]) : 0.0f;  // attention_dq_kernel's value, not accumulating
       cs[e] += x[e];
     }
-    const uint2 codes = convert8<kDyFormat>(x, s, st);
+    codes[i] = convert8<kDyFormat>(x, s, st);
     if (inside && dy.codes)
-      *reinterpret_cast<uint2*>(dy.codes + (int64_t{b} * T + q) * ld + h * kDyTile + 8 * j) = codes;
+      *reinterpret_cast<uint2*>(dy.codes + (int64_t{b} * T + q) * ld + h * kDyTile + 8 * j) = codes[i];
+  }
+  // The thread's 4 rows are adjacent: channel 8 j + e's four codes are one word of the transposed tile.
 #pragma unroll
-    for (int e = 0; e < 8; ++e)
-      s_t[(8 * j + e) * kDyTile + row] = static_cast<uint8_t>((e < 4 ? codes.x : codes.y) >> (8 * (e % 4)));
+  for (int e = 0; e < 8; ++e) {
+    const int sel = (e % 4) | (e % 4 + 4) << 4;  // byte e % 4 of the first word, then of the second
+    const auto half = [&](int i) { return e < 4 ? codes[i].x : codes[i].y; };
+    const uint32_t lo = __byte_perm(half(0), half(1), sel), hi = __byte_perm(half(2), half(3), sel);
+    *reinterpret_cast<uint32_t*>(s_t + (8 * j + e) * kDyTile + 4 * (threadIdx.x / 8)) = __byte_perm(lo, hi, 0x5410);
   }
   // Column sums: lanes j, j + 8, j + 16, j + 24 of a warp share channels; then the 4 warps.
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
