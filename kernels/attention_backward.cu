@@ -26,7 +26,7 @@ __global__ void attention_delta_kernel(float* delta, float* dq_accum, const bf16
       const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&o.v[k]));
       acc += x.x * y.x + x.y * y.y;
     }
-    if (dq_accum) {  // null: the caller zeroes it (the tiled layout is longer)
+    if (dq_accum) {  // null: the caller zeroes it (a tiled layout longer than the rows)
       const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       reinterpret_cast<float4*>(dq_accum + 8 * i)[0] = zero;
       reinterpret_cast<float4*>(dq_accum + 8 * i)[1] = zero;
@@ -377,10 +377,12 @@ void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, co
   const int64_t n_chunks = int64_t{B} * T * NH * HS / 8;
   const unsigned blocks = checked_grid(ceil_div64(n_chunks, 256), kMaxGridX, "attention_backward",
                                        "B*T*C / 8 chunks of dout (256 per block)");
-  const bool tiles = layout == DqLayout::tiles;  // longer than the kernel's rows: zeroed here instead
-  if (tiles)
+  // The kernel zeroes 8 floats of dq_accum per chunk: all of it in the rows layout, and in the tiled one where T is a
+  // multiple of 64 (the same length; the layout does not matter to zeros). A longer tiled scratch is zeroed here.
+  const bool zero_here = attention_dq_floats(layout, B, T, NH, HS) != 8 * n_chunks;
+  if (zero_here)
     CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, attention_dq_floats(layout, B, T, NH, HS) * sizeof(float), stream));
-  float* rows = tiles ? nullptr : dq_accum;
+  float* rows = zero_here ? nullptr : dq_accum;
   if (HS == 64)
     attention_delta_kernel<64><<<blocks, 256, 0, stream>>>(delta, rows, dout, out.bf16, n_chunks, T, NH);
   else
