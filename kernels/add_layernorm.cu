@@ -12,24 +12,73 @@ namespace {
 // ------------------------------------------------------------------------------------------------
 // CUDA kernels
 
-// out = a + b (rounded to bf16 as the add op's kernel rounds), then out's mean and rstd: a lane re-reads the chunks it
-// has just written (its own stores: no other lane's), so the statistics are row_stats of the stored row, the bits of
-// layernorm_stats(out).
-template <bool kVec>
+// out = a + b (rounded to bf16 as the add op's kernel rounds), then out's mean and rstd as row_stats computes them
+// from the stored row, so the bits of layernorm_stats(out). kRegChunks > 0 (the 16-byte path, C <= 256 kRegChunks:
+// by_row_path) keeps the lane's sums in registers: every load of the row is issued before the first store (which
+// the compiler could not move loads past: bf16 pointers may alias) and the statistics need no re-read. Otherwise a
+// lane re-reads the chunks it has just written (its own stores: no other lane's).
+template <bool kVec, int kRegChunks>
 __device__ __forceinline__ float2 add_row_with_stats(bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b,
                                                      int64_t row, int C, int lane) {
+  constexpr int kMaxChunks = kRegChunks > 0 ? kRegChunks : 1;
+  static_assert(kRegChunks == 0 || kVec, "the register path reads 16-byte chunks");
   const bf16 *ar = a + row * C, *br = b + row * C;
   bf16* orow = out + row * C;
-#pragma unroll 4
-  for (int c0 = lane * 8; c0 < C; c0 += 256) {
-    float va[8], vb[8];
-    load8<kVec>(ar, c0, C, va);
-    load8<kVec>(br, c0, C, vb);
+  float2 stats;
+  if constexpr (kRegChunks > 0) {
+    uint4 va[kMaxChunks], vb[kMaxChunks];  // 8 bf16 each, element 2 q in the low half of word q
 #pragma unroll
-    for (int i = 0; i < 8; ++i) va[i] = __fadd_rn(va[i], vb[i]);
-    store8<kVec>(orow, c0, C, va);
+    for (int k = 0; k < kMaxChunks; ++k) {
+      const int c0 = lane * 8 + 256 * k;
+      if (c0 < C) {
+        va[k] = *reinterpret_cast<const uint4*>(ar + c0);
+        vb[k] = *reinterpret_cast<const uint4*>(br + c0);
+      }
+    }
+    float sum = 0.0f;  // row_stats's two passes over the same values in the same order
+    auto pair = [](uint32_t w) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w)); };
+#pragma unroll
+    for (int k = 0; k < kMaxChunks; ++k) {
+      const int c0 = lane * 8 + 256 * k;
+      if (c0 >= C) break;
+      uint32_t* wa = &va[k].x;
+      const uint32_t* wb = &vb[k].x;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 x = pair(wa[q]), y = pair(wb[q]);
+        const __nv_bfloat162 r = __floats2bfloat162_rn(__fadd_rn(x.x, y.x), __fadd_rn(x.y, y.y));
+        wa[q] = *reinterpret_cast<const uint32_t*>(&r);
+        const float2 f = pair(wa[q]);
+        sum = __fadd_rn(__fadd_rn(sum, f.x), f.y);
+      }
+      *reinterpret_cast<uint4*>(orow + c0) = va[k];
+    }
+    const float m = __fdiv_rn(warp_sum(sum), static_cast<float>(C));
+    float var = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kMaxChunks; ++k) {
+      if (lane * 8 + 256 * k >= C) break;
+      const uint32_t* wa = &va[k].x;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 f = pair(wa[q]);
+        const float d0 = __fsub_rn(f.x, m), d1 = __fsub_rn(f.y, m);
+        var = __fmaf_rn(d1, d1, __fmaf_rn(d0, d0, var));
+      }
+    }
+    stats = make_float2(m, rsqrtf(__fadd_rn(__fdiv_rn(warp_sum(var), static_cast<float>(C)), kLayerNormEps)));
+  } else {
+#pragma unroll 4
+    for (int c0 = lane * 8; c0 < C; c0 += 256) {
+      float va[8], vb[8];
+      load8<kVec>(ar, c0, C, va);
+      load8<kVec>(br, c0, C, vb);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) va[i] = __fadd_rn(va[i], vb[i]);
+      store8<kVec>(orow, c0, C, va);
+    }
+    stats = row_stats<kVec>(orow, C, lane);
   }
-  const float2 stats = row_stats<kVec>(orow, C, lane);
   if (lane == 0) {
     mean[row] = stats.x;
     rstd[row] = stats.y;
@@ -37,22 +86,22 @@ __device__ __forceinline__ float2 add_row_with_stats(bf16* out, float* mean, flo
   return stats;
 }
 
-template <bool kVec>
+template <bool kVec, int kRegChunks>
 __global__ void add_layernorm_stats_kernel(bf16* out, float* mean, float* rstd, const bf16* a, const bf16* b,
                                            int64_t N, int C) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
-  if (row < N) add_row_with_stats<kVec>(out, mean, rstd, a, b, row, C, threadIdx.x % 32);
+  if (row < N) add_row_with_stats<kVec, kRegChunks>(out, mean, rstd, a, b, row, C, threadIdx.x % 32);
 }
 
 // add_layernorm_stats_kernel, then the sum's LayerNorm into normed in the same pass: the chunks and arithmetic of
 // layernorm_forward_kernel over the stored sum, so its bits. A lane re-reads its own chunks of out (from cache).
-template <bool kVec>
+template <bool kVec, int kRegChunks>
 __global__ void add_layernorm_forward_kernel(bf16* out, bf16* normed, float* mean, float* rstd, const bf16* a,
                                              const bf16* b, const bf16* w, const bf16* lb, int64_t N, int C) {
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   if (row >= N) return;
-  const float2 stats = add_row_with_stats<kVec>(out, mean, rstd, a, b, row, C, lane);
+  const float2 stats = add_row_with_stats<kVec, kRegChunks>(out, mean, rstd, a, b, row, C, lane);
   const bf16* orow = out + row * C;
   bf16* nrow = normed + row * C;
 #pragma unroll 4
@@ -67,7 +116,7 @@ __global__ void add_layernorm_forward_kernel(bf16* out, bf16* normed, float* mea
 // bit what fp8_cast with the layernorm prologue writes from out and these statistics (layernorm_value rounded to bf16,
 // times scale, to_fp8), with the same amax and saturation count. A lane re-reads its own chunks of out a third time
 // (from cache). kVec also needs codes 8-byte aligned. No early return: flush_stats meets the block at a barrier.
-template <Fp8Format F, bool kVec>
+template <Fp8Format F, bool kVec, int kRegChunks>
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
     add_layernorm_cast_kernel(bf16* out, float* mean, float* rstd, uint8_t* codes, const bf16* a, const bf16* b,
                               const bf16* w, const bf16* lb, int64_t N, int C, const float* scale_ptr,
@@ -77,7 +126,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   ThreadStats st;
   if (row < N) {
-    const float2 stats = add_row_with_stats<kVec>(out, mean, rstd, a, b, row, C, lane);
+    const float2 stats = add_row_with_stats<kVec, kRegChunks>(out, mean, rstd, a, b, row, C, lane);
     const float m = stats.x, s = stats.y;
     const bf16* orow = out + row * C;
     const float scale = *scale_ptr;
@@ -105,6 +154,20 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   flush_stats(st, cast_stats);
 }
 
+// f.template operator()<kVec, kRegChunks>() with the row path for vec (16-byte chunks allowed) and C: the register
+// path with 4 or 8 chunks per lane where the rows fit, else the re-reading one.
+template <class F>
+void by_row_path(bool vec, int C, F&& f) {
+  if (!vec)
+    f.template operator()<false, 0>();
+  else if (C <= 1024)
+    f.template operator()<true, 4>();
+  else if (C <= 2048)
+    f.template operator()<true, 8>();
+  else
+    f.template operator()<true, 0>();
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------
@@ -117,10 +180,9 @@ void add_layernorm_stats(bf16* out, float* mean, float* rstd, const bf16* a, con
   const bool vec = C % 8 == 0 && aligned16(out) && aligned16(a) && aligned16(b);
   const unsigned blocks = row_blocks(N, "add_layernorm_stats");
   const int threads = 32 * kRowsPerBlock;
-  if (vec)
-    add_layernorm_stats_kernel<true><<<blocks, threads, 0, stream>>>(out, mean, rstd, a, b, N, C);
-  else
-    add_layernorm_stats_kernel<false><<<blocks, threads, 0, stream>>>(out, mean, rstd, a, b, N, C);
+  by_row_path(vec, C, [&]<bool kVec, int kRegChunks>() {
+    add_layernorm_stats_kernel<kVec, kRegChunks><<<blocks, threads, 0, stream>>>(out, mean, rstd, a, b, N, C);
+  });
   CUDA_CHECK_LAUNCH();
 }
 
@@ -132,10 +194,10 @@ void add_layernorm_forward(bf16* out, bf16* normed, float* mean, float* rstd, co
                    aligned16(lb);
   const unsigned blocks = row_blocks(N, "add_layernorm_forward");
   const int threads = 32 * kRowsPerBlock;
-  if (vec)
-    add_layernorm_forward_kernel<true><<<blocks, threads, 0, stream>>>(out, normed, mean, rstd, a, b, w, lb, N, C);
-  else
-    add_layernorm_forward_kernel<false><<<blocks, threads, 0, stream>>>(out, normed, mean, rstd, a, b, w, lb, N, C);
+  by_row_path(vec, C, [&]<bool kVec, int kRegChunks>() {
+    add_layernorm_forward_kernel<kVec, kRegChunks>
+        <<<blocks, threads, 0, stream>>>(out, normed, mean, rstd, a, b, w, lb, N, C);
+  });
   CUDA_CHECK_LAUNCH();
 }
 
@@ -150,14 +212,12 @@ void add_layernorm_cast(bf16* out, float* mean, float* rstd, uint8_t* codes, con
                    aligned8(codes);
   const unsigned blocks = row_blocks(N, "add_layernorm_cast");
   const int threads = 32 * kRowsPerBlock;
-  auto launch = [&](auto kernel) {
+  by_row_path(vec, C, [&]<bool kVec, int kRegChunks>() {
+    auto* kernel = format == Fp8Format::e4m3 ? add_layernorm_cast_kernel<Fp8Format::e4m3, kVec, kRegChunks>
+                                             : add_layernorm_cast_kernel<Fp8Format::e5m2, kVec, kRegChunks>;
     kernel<<<blocks, threads, 0, stream>>>(out, mean, rstd, codes, a, b, w, lb, N, C, scale, stats);
-    CUDA_CHECK_LAUNCH();
-  };
-  if (format == Fp8Format::e4m3)
-    vec ? launch(add_layernorm_cast_kernel<Fp8Format::e4m3, true>) : launch(add_layernorm_cast_kernel<Fp8Format::e4m3, false>);
-  else
-    vec ? launch(add_layernorm_cast_kernel<Fp8Format::e5m2, true>) : launch(add_layernorm_cast_kernel<Fp8Format::e5m2, false>);
+  });
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace fp8t::kernels
