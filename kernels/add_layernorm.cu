@@ -53,7 +53,7 @@ __device__ __forceinline__ float2 add_row_with_stats(bf16* out, float* mean, flo
       }
       *reinterpret_cast<uint4*>(orow + c0) = va[k];
     }
-    const float m = __fdiv_rn(warp_sum(sum), static_cast<float>(C));
+    const float m = row_mean(sum, C);
     float var = 0.0f;
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) {
@@ -66,7 +66,7 @@ __device__ __forceinline__ float2 add_row_with_stats(bf16* out, float* mean, flo
         var = __fmaf_rn(d1, d1, __fmaf_rn(d0, d0, var));
       }
     }
-    stats = make_float2(m, rsqrtf(__fadd_rn(__fdiv_rn(warp_sum(var), static_cast<float>(C)), kLayerNormEps)));
+    stats = make_float2(m, row_rstd(var, C));
   } else {
 #pragma unroll 4
     for (int c0 = lane * 8; c0 < C; c0 += 256) {

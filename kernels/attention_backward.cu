@@ -379,9 +379,9 @@ void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, co
                                        "B*T*C / 8 chunks of dout (256 per block)");
   // The kernel zeroes 8 floats of dq_accum per chunk: all of it in the rows layout, and in the tiled one where T is a
   // multiple of 64 (the same length; the layout does not matter to zeros). A longer tiled scratch is zeroed here.
-  const bool zero_here = attention_dq_floats(layout, B, T, NH, HS) != 8 * n_chunks;
-  if (zero_here)
-    CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, attention_dq_floats(layout, B, T, NH, HS) * sizeof(float), stream));
+  const int64_t dq_floats = attention_dq_floats(layout, B, T, NH, HS);
+  const bool zero_here = dq_floats != 8 * n_chunks;
+  if (zero_here) CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, dq_floats * sizeof(float), stream));
   float* rows = zero_here ? nullptr : dq_accum;
   if (HS == 64)
     attention_delta_kernel<64><<<blocks, 256, 0, stream>>>(delta, rows, dout, out.bf16, n_chunks, T, NH);

@@ -38,6 +38,15 @@ __device__ __forceinline__ void store8(bf16* p, int c0, int C, const float (&v)[
   }
 }
 
+// The row's mean and rstd from the lanes' partial sums (of the values; of the squared deviations from the mean):
+// row_stats's last steps, also used by kernels that hold the row in registers, so that their bits are row_stats's.
+__device__ __forceinline__ float row_mean(float lane_sum, int C) {
+  return __fdiv_rn(warp_sum(lane_sum), static_cast<float>(C));
+}
+__device__ __forceinline__ float row_rstd(float lane_var, int C) {
+  return rsqrtf(__fadd_rn(__fdiv_rn(warp_sum(lane_var), static_cast<float>(C)), kLayerNormEps));
+}
+
 // The row's mean and rstd (as .x, .y) in every lane of the warp: two passes (mean, then the mean
 // square deviation), with explicit _rn arithmetic so that layernorm_forward_kernel and
 // layernorm_stats_kernel, which both inline it, produce the same bits.
@@ -51,7 +60,7 @@ __device__ __forceinline__ float2 row_stats(const bf16* x, int C, int lane) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) sum = __fadd_rn(sum, v[i]);
   }
-  const float m = __fdiv_rn(warp_sum(sum), static_cast<float>(C));
+  const float m = row_mean(sum, C);
   float var = 0.0f;
 #pragma unroll 4
   for (int c0 = lane * 8; c0 < C; c0 += 256) {
@@ -63,7 +72,7 @@ __device__ __forceinline__ float2 row_stats(const bf16* x, int C, int lane) {
       var = __fmaf_rn(d, d, var);
     }
   }
-  return make_float2(m, rsqrtf(__fadd_rn(__fdiv_rn(warp_sum(var), static_cast<float>(C)), kLayerNormEps)));
+  return make_float2(m, row_rstd(var, C));
 }
 
 // The LayerNorm of the lane's chunk at c0 of row x (w, b: weight and bias), in f32 before any rounding. Past C (the
