@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 16's four rows (tokens/s against llm.c's bars) for one or more builds, each row interleaved across the builds
 # in ab_builds.sh rounds: GPT-2 124M B=32 FP8 (CUDA graph, FP8 lm_head), 124M B=32 BF16 mode (CUDA graph), 1.5B B=16
-# FP8 and 1.5B B=16 BF16 mode (no graph); FP8 rows with activation_storage fp8 (memory_wall.sh's fp8 row). Prints
-# each row's ab_builds.sh table, then every build's tokens/s against the bar.
+# FP8 (CUDA graph, FP8 lm_head: the 124M FP8 row's options since 2026-12-05) and 1.5B B=16 BF16 mode (no graph); FP8
+# rows with activation_storage fp8 (memory_wall.sh's fp8 row). Prints each row's ab_builds.sh table, then every
+# build's tokens/s against the bar.
 # Usage: scripts/bench/issue16_rows.sh LABEL=BIN [LABEL=BIN ...]   e.g. main=build-gpu/fp8train
 # Env: OUT (default gpu-out), ROUNDS (default 1), STEPS_124M (30), STEPS_1_5B (15; BF16 mode takes 12),
 # ROWS (default "124m_fp8 124m_bf16 15b_fp8 15b_bf16"), DRY_RUN=1 (print the ab_builds.sh commands only).
@@ -33,7 +34,7 @@ for row in $ROWS; do
   case "$row" in
     124m_fp8) args=(d12 32 "$S124" "$ROUNDS" fp8); extra="$GRAPH $FP8_HEAD" ;;
     124m_bf16) args=(d12 32 "$S124" "$ROUNDS" bf16); extra="$GRAPH" ;;
-    15b_fp8) args=(d48 16 "$S15" "$ROUNDS" fp8); extra="" ;;
+    15b_fp8) args=(d48 16 "$S15" "$ROUNDS" fp8); extra="$GRAPH $FP8_HEAD" ;;
     15b_bf16) args=(d48 16 $((S15 > 12 ? 12 : S15)) "$ROUNDS" bf16); extra="" ;;
     *) echo "issue16_rows: unknown row $row (124m_fp8 124m_bf16 15b_fp8 15b_bf16)"; exit 2 ;;
   esac
