@@ -6,11 +6,12 @@
 # build's tokens/s against the bar.
 # Usage: scripts/bench/issue16_rows.sh LABEL=BIN [LABEL=BIN ...]   e.g. main=build-gpu/fp8train
 # Env: OUT (default gpu-out), ROUNDS (default 1), STEPS_124M (30), STEPS_1_5B (15; BF16 mode takes 12),
-# ROWS (default "124m_fp8 124m_bf16 15b_fp8 15b_bf16"), DRY_RUN=1 (print the ab_builds.sh commands only).
+# ROWS (default "124m_fp8 124m_bf16 15b_fp8 15b_bf16"), DRY_RUN=1 (print the ab_builds.sh commands only),
+# CARD (e.g. H200: stop with exit 3 before any run unless nvidia-smi's first GPU name contains it; the bars are H200's).
 # About 1 min per 124M run and 45 s per 1.5B run on an H200: four rows of two builds, one round, ~7 min.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -ge 1 ] || { sed -n 2,9p "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n 2,10p "$0"; exit 2; }
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT/issue16"
 ROUNDS=${ROUNDS:-1}; S124=${STEPS_124M:-30}; S15=${STEPS_1_5B:-15}
 ROWS=${ROWS:-"124m_fp8 124m_bf16 15b_fp8 15b_bf16"}
@@ -29,6 +30,12 @@ wrap() {
 for pair in "$@"; do
   [ -x "${pair#*=}" ] || { echo "issue16_rows: ${pair#*=} is not an executable (LABEL=BIN)"; exit 2; }
 done
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+echo "issue16_rows: GPU ${gpu:-unknown (no nvidia-smi)}"
+if [ -n "${CARD:-}" ] && [[ "$gpu" != *"$CARD"* ]]; then
+  echo "issue16_rows: CARD=$CARD asked for, this GPU is ${gpu:-unknown}: no rows run"
+  exit 3
+fi
 summary=$OUT/issue16/summary.tsv; : > "$summary"
 for row in $ROWS; do
   case "$row" in
