@@ -36,15 +36,15 @@ __device__ __forceinline__ void flush_warp_stats(ThreadStats s, const Fp8CastOut
 
 // A staged tile of transposed codes, s_t[c * 64 + r] (channel c, row r), into codes_t (rows: the 3C channels, row
 // length M): rows c0 + c, columns r0 .. r0 + n_rows - 1. 16-byte stores where the destination allows, else bytes.
-// All `threads` threads of the block take part; s_t must be complete (after a barrier).
+// kThreadsT threads take part (tid: 0 .. kThreadsT - 1); s_t must be complete (after a barrier).
 template <int kThreadsT>
 __device__ __forceinline__ void store_codes_t(const uint8_t* s_t, uint8_t* codes_t, int64_t c0, int64_t r0,
-                                              int n_rows, int64_t M) {
+                                              int n_rows, int64_t M, int tid = threadIdx.x) {
   const bool vec = (M % 16) == 0 && (r0 % 16) == 0;
   constexpr int kChunksT = kDyTile * kDyTile / 16;
 #pragma unroll
   for (int p = 0; p < kChunksT / kThreadsT; ++p) {
-    const int idx = p * kThreadsT + static_cast<int>(threadIdx.x), c = idx / 4, q = idx % 4;
+    const int idx = p * kThreadsT + tid, c = idx / 4, q = idx % 4;
     const int first = 16 * q;
     if (first >= n_rows) continue;
     const uint8_t* src = s_t + c * kDyTile + first;
@@ -61,10 +61,12 @@ __device__ __forceinline__ void store_codes_t(const uint8_t* s_t, uint8_t* codes
 // from the warpgroup's accumulators: thread (warp, g, t) holds keys k0 + 16 warp + g + 8 r, channels 8 j + 2 t + e
 // in dk[j][2 r + e] (and dv). x is the bf16 value the plain path writes (0 + scale * dk, 0 + dv), zero past T.
 // smem: 2 * 4096 + 2048 free bytes (16-byte aligned) for the transposed tiles and the column sums. All 128 threads
-// call it, once every MMA has read its tiles; it ends with a barrier of its own before the transposed stores.
+// of the warpgroup (tid 0 .. 127, warp 0 .. 3 within it) call it, once every MMA has read its tiles, and so do the
+// block's other warpgroups (each with its own smem): it ends with a block barrier before the transposed stores.
 __device__ __forceinline__ void write_dkv_codes(const float (&dk)[8][4], const float (&dv)[8][4], float scale,
                                                 const AttentionDyCodes& dy, uint8_t* smem, int b, int h, int k0,
-                                                int T, int C, int64_t M, int warp, int g, int t) {
+                                                int T, int C, int64_t M, int warp, int g, int t,
+                                                int tid = threadIdx.x) {
   constexpr int kTileT = kDyTile * kDyTile;
   const float s = *dy.scale;
   const int64_t ld = 3 * int64_t{C};
@@ -113,11 +115,11 @@ __device__ __forceinline__ void write_dkv_codes(const float (&dk)[8][4], const f
   __syncthreads();
   const int n_rows = min(kDyTile, T - k0);
   if (dy.codes_t) {
-    store_codes_t<128>(smem, dy.codes_t, C + h * kDyTile, int64_t{b} * T + k0, n_rows, M);
-    store_codes_t<128>(smem + kTileT, dy.codes_t, 2 * int64_t{C} + h * kDyTile, int64_t{b} * T + k0, n_rows, M);
+    store_codes_t<128>(smem, dy.codes_t, C + h * kDyTile, int64_t{b} * T + k0, n_rows, M, tid);
+    store_codes_t<128>(smem + kTileT, dy.codes_t, 2 * int64_t{C} + h * kDyTile, int64_t{b} * T + k0, n_rows, M, tid);
   }
-  if (dy.stats.colsum && threadIdx.x < 128) {
-    const int c = static_cast<int>(threadIdx.x);
+  if (dy.stats.colsum && tid < 128) {
+    const int c = tid;
     const float sum = s_cs[c] + s_cs[128 + c] + s_cs[256 + c] + s_cs[384 + c];
     atomicAdd(dy.stats.colsum + (c < 64 ? C : 2 * C - 64) + h * kDyTile + c, sum);
   }

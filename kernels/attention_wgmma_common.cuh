@@ -76,9 +76,10 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 // After a wait: the accumulator registers are read no earlier than here.
-__device__ __forceinline__ void wgmma_settle(float (&d)[8][4]) {
+template <int N8>
+__device__ __forceinline__ void wgmma_settle(float (&d)[N8][4]) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < N8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
 }
@@ -96,6 +97,22 @@ __device__ __forceinline__ void wgmma_settle(uint32_t (&a)[4]) {
       "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
       "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),     \
       "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
+#define FP8T_WGMMA_D64 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
+  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
+  "%59, %60, %61, %62, %63}"
+#define FP8T_WGMMA_D64_OPERANDS(d) \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), \
+  "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), \
+  "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), \
+  "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
+  "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), \
+  "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), \
+  "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), \
+  "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
 // d (64 x 64 f32) = (accumulate ? d : 0) + A (64 x 16) B (16 x 64), A and B from shared memory; TA / TB: the
 // operand is MN-major (1) or K-major (0). Accumulator: thread 32 w + 4 g + t holds rows 16 w + g (+ 8) and
@@ -119,6 +136,17 @@ __device__ __forceinline__ void wgmma_rs(float (&acc)[8][4], const uint32_t (&a)
       ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
       : FP8T_WGMMA_D32_OPERANDS(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1), "n"(TB));
+}
+
+// d (64 x 128 f32) = (accumulate ? d : 0) + A (64 x 16) B (16 x 128), both K-major from shared memory (B's 128
+// rows: two 64-row tiles, one after the other); the accumulator layout as above over 16 column tiles.
+__device__ __forceinline__ void wgmma_ss_n128(float (&acc)[16][4], uint64_t a, uint64_t b, bool accumulate) {
+  float(&d)[64] = reinterpret_cast<float(&)[64]>(acc);
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FP8T_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : FP8T_WGMMA_D64_OPERANDS(d)
+      : "l"(a), "l"(b), "r"(int{accumulate}));
 }
 
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

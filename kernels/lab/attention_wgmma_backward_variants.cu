@@ -7,6 +7,7 @@ namespace fp8t::kernels::lab {
 
 const char* variant_name(WgmmaBackwardVariant variant) {
   switch (variant) {
+    case WgmmaBackwardVariant::keys64_3_blocks: return "64 keys, 3 blocks/SM";
     case WgmmaBackwardVariant::atomic_dq_2_blocks: return "atomic dQ, 2 blocks/SM";
     case WgmmaBackwardVariant::atomic_dq_3_blocks: return "atomic dQ, 3 blocks/SM";
     case WgmmaBackwardVariant::tiled_dq_2_blocks: return "tiled dQ, 2 blocks/SM";
@@ -31,6 +32,9 @@ void attention_backward_wgmma(WgmmaBackwardVariant variant, bf16* dqkv, float* d
   attention_backward_delta(delta, dq_accum, layout, dout, AttentionOut{.bf16 = out}, B, T, NH, kHs, stream);
   const AttentionQkv in{.bf16 = qkv};
   switch (variant) {
+    case WgmmaBackwardVariant::keys64_3_blocks:
+      launch_backward_wgmma<3, DqLayout::tiles>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream);
+      break;
     case WgmmaBackwardVariant::atomic_dq_2_blocks:
       launch_backward_wgmma<2, DqLayout::rows>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream);
       break;

@@ -1,0 +1,269 @@
+// The attention backward's main pass at head size 64 in FlashAttention-3's tile shape (sm_90a): one block of two
+// warpgroups per (128 keys, b*h), warpgroup w owning keys 64 w .. 64 w + 63, over query steps of 128 from the
+// diagonal on (the block order of kernels/attention_common.cuh). Per step, each warpgroup:
+//   S^T = K_w Q^T and dP^T = V_w dO^T    (64 keys x 128 queries, m64n128k16; A and B from shared memory)
+//   P^T, dS^T in registers               (backward_p_ds over 16 column tiles)
+//   dV_w += P^T dO, dK_w += dS^T Q       (k = the 128 queries; A from registers)
+//   dS^T into shared memory; after a block barrier, dQ of queries 64 w .. + 63 = dS K over all 128 keys
+// Against the 64-key kernel (kernels/attention_wgmma_backward_kernel.cuh): Q and dO are loaded once per 128 keys,
+// S^T and dP^T read K and V once per 128 queries (m64n128 wgmma: 96 bytes of shared memory per clock at the tensor
+// cores' rate instead of 128), and dQ leaves by one bulk reduction per 128 keys instead of 64, in the same tiles
+// (DqLayout::tiles: the query half of warpgroup w is the 64-query tile 2 step + w). One block per SM, up to 255
+// registers a thread: the 64-key kernel's 168 spilled.
+#pragma once
+#include "core/launch_limits.h"
+#include "kernels/attention_backward_passes.cuh"
+#include "kernels/attention_dy_codes.cuh"
+#include "kernels/attention_wgmma.cuh"
+#include "kernels/attention_wgmma_common.cuh"
+#include "kernels/device_facts.cuh"
+
+namespace fp8t::kernels {
+namespace {
+
+constexpr int kKeys128 = 128, kSteps128 = 128, kThreads128 = 256;
+constexpr int kDqTile128Bytes = 64 * 64 * 4;  // one warpgroup's dQ tile (f32)
+// sK, sV (2 tiles each: the warpgroups' keys), 2 stages of sQ and of sdO (2 tiles each: the step's query halves),
+// sdS^T as 4 tiles ([key half][query half]), a dQ tile per warpgroup, 2 stages of 128 lse and of 128 delta; +1024
+// to align the tiles to 1024 bytes. 165 KB: one block per SM.
+constexpr int kSmem128 = 16 * kTileBytes + 2 * kDqTile128Bytes + 4 * kSteps128 * 4 + 1024;
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// kCodes: qkv read from E4M3 codes with a scale per row (AttentionQkv), dequantized into the tiles as they load.
+// kDy: dK and dV go to dy's codes (AttentionDyCodes), not into dqkv.
+template <bool kCodes, bool kDy>
+__global__ void __launch_bounds__(kThreads128, 1)
+    attention_backward_wgmma128_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
+                                       AttentionQkv qkv, const float* lse, int BH, int T, int NH, int group,
+                                       float scale, bool accumulate, AttentionDyCodes dy) {
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  unsigned char* sK = smem;                    // [key half]
+  unsigned char* sV = sK + 2 * kTileBytes;     // [key half]
+  unsigned char* sQ = sV + 2 * kTileBytes;     // [stage][query half]
+  unsigned char* sdO = sQ + 4 * kTileBytes;    // [stage][query half]
+  unsigned char* sdSt = sdO + 4 * kTileBytes;  // [key half][query half]
+  float* sdQ = reinterpret_cast<float*>(sdSt + 4 * kTileBytes);  // [warpgroup] 64 x 64, fragment order
+  float* sLse = sdQ + 2 * 64 * 64;                               // [stage] 128, lse * log2(e)
+  float* sDelta = sLse + 2 * kSteps128;                          // [stage] 128
+
+  // blk.warp 0..7, blk.key_lo = k0 + 16 warp: warpgroup wg's warp wl (= warp % 4) owns keys k0 + 64 wg + 16 wl.
+  const BackwardBlock<kKeys128, kHs> blk(BH, T, NH, group);
+  const int tid = static_cast<int>(threadIdx.x), wg = tid / 128, wl = blk.warp % 4;
+  const int64_t head0 = int64_t{blk.b} * T * blk.ld + blk.h * kHs;  // this head's first q element
+  const bf16* q_base = kCodes ? nullptr : qkv.bf16 + head0;
+  const uint8_t* qc_base = kCodes ? qkv.e4m3 + head0 : nullptr;
+  const float* row_sinv = kCodes ? qkv.row_scale_inv + int64_t{blk.b} * T : nullptr;
+  const bf16* do_base = dout + int64_t{blk.b} * T * blk.C + blk.h * kHs;
+  const float* lse_bh = lse + int64_t{blk.bh} * T;
+  const float* delta_bh = delta + int64_t{blk.bh} * T;
+  const int n_steps = ceil_div(T, kSteps128), n_qb = ceil_div(T, kRows);
+  const float sl2 = scale * kLog2e;
+
+  // Q (bf16; kCodes: fetched and staged here too) and dO of the query rows q0 .. q0 + 127 into stage st.
+  auto load_rows = [&](int q0, int st) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if constexpr (!kCodes)
+        load_tile_sw128<kThreads128>(sQ + (2 * st + half) * kTileBytes, q_base, blk.ld, q0 + 64 * half, T, tid);
+      load_tile_sw128<kThreads128>(sdO + (2 * st + half) * kTileBytes, do_base, blk.C, q0 + 64 * half, T, tid);
+    }
+    cp_async_commit();
+    if constexpr (kCodes) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        CodesTile<kThreads128> q_codes;
+        q_codes.fetch(qc_base, row_sinv, blk.ld, q0 + 64 * half, T, tid);
+        q_codes.stage(sQ + (2 * st + half) * kTileBytes, tid);
+      }
+    }
+  };
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int k0 = blk.k0 + 64 * half;
+    if constexpr (kCodes) {
+      CodesTile<kThreads128> k_codes, v_codes;
+      k_codes.fetch(qc_base + blk.C, row_sinv, blk.ld, k0, T, tid);
+      v_codes.fetch(qc_base + 2 * blk.C, row_sinv, blk.ld, k0, T, tid);
+      k_codes.stage(sK + half * kTileBytes, tid);
+      v_codes.stage(sV + half * kTileBytes, tid);
+    } else {
+      load_tile_sw128<kThreads128>(sK + half * kTileBytes, q_base + blk.C, blk.ld, k0, T, tid);
+      load_tile_sw128<kThreads128>(sV + half * kTileBytes, q_base + 2 * blk.C, blk.ld, k0, T, tid);
+    }
+  }
+  load_rows(blk.kb * kSteps128, 0);
+  if (tid < kSteps128) {  // query rows past T: lse = inf, hence P = 0
+    const int qi = blk.kb * kSteps128 + tid;
+    sLse[tid] = qi < T ? lse_bh[qi] * kLog2e : INFINITY;
+    sDelta[tid] = qi < T ? delta_bh[qi] : 0.0f;
+  }
+
+  float dk[8][4] = {}, dv[8][4] = {};
+  const uint64_t desc_k = sw128_desc(sK + wg * kTileBytes), desc_v = sw128_desc(sV + wg * kTileBytes);
+
+  for (int step = blk.kb; step < n_steps; ++step) {
+    const int st = (step - blk.kb) & 1, q0 = step * kSteps128;
+    cp_async_wait<0>();    // the only group in flight is stage st (with sK, sV on the first step)
+    fence_async_shared();  // this thread's cp.async writes (and kCodes stores), visible to the async proxy (wgmma)
+    // Stage st is complete, and every warp's MMAs of step - 1 are done: stage st ^ 1 and sdSt are free.
+    __syncthreads();
+    float next_lse = INFINITY, next_delta = 0.0f;
+    if (step + 1 < n_steps) {
+      load_rows(q0 + kSteps128, st ^ 1);
+      const int qi = q0 + kSteps128 + tid;
+      if (tid < kSteps128 && qi < T) {
+        next_lse = lse_bh[qi] * kLog2e;
+        next_delta = delta_bh[qi];
+      }
+    }
+    const uint64_t desc_q = sw128_desc(sQ + 2 * st * kTileBytes), desc_do = sw128_desc(sdO + 2 * st * kTileBytes);
+
+    // S^T = K_w Q^T and dP^T = V_w dO^T: (64 keys, 128 queries), K = the 64 channels, in one group.
+    float s[16][4], dp[16][4];
+    uint32_t pa[8][4], dsa[8][4];  // P^T, dS^T as A fragments (k = queries)
+    const bool diagonal = step == blk.kb;  // masked on this step only (queries precede keys; every key past T)
+    // dS^T row = key (16 wl + g, + 8 of the warpgroup's 64), columns 8 j + 2 t: query half j / 8, chunk j % 8 of
+    // the row, swizzled, into tile [wg][j / 8] for dQ.
+    auto store_ds = [&](int j, uint32_t lo, uint32_t hi) {
+      unsigned char* tile = sdSt + (2 * wg + j / 8) * kTileBytes;
+      const int r0 = wl * 16 + blk.g, c = j % 8;
+      *reinterpret_cast<uint32_t*>(tile + r0 * 128 + ((c ^ (r0 & 7)) << 4) + 4 * blk.t) = lo;
+      *reinterpret_cast<uint32_t*>(tile + (r0 + 8) * 128 + ((c ^ ((r0 + 8) & 7)) << 4) + 4 * blk.t) = hi;
+    };
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHs / 16; ++kk) {
+      wgmma_ss_n128(s, desc_k + kk * kKStep, desc_q + kk * kKStep, kk > 0);
+      wgmma_ss_n128(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_settle(s);
+    wgmma_settle(dp);
+    backward_p_ds(s, dp, sLse + st * kSteps128, sDelta + st * kSteps128, sl2, diagonal, q0, blk.key_lo, blk.g, blk.t,
+                  pa, dsa, store_ds);
+
+    // dV += P^T dO, dK += dS^T Q (K = the 128 queries; dO and Q are (queries, channels): MN-major B, the stage's two
+    // tiles one after the other).
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      wgmma_settle(pa[kk]);
+      wgmma_settle(dsa[kk]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kSteps128 / 16; ++kk) {
+      wgmma_rs<1>(dv, pa[kk], desc_do + kk * kMnStep);
+      wgmma_rs<1>(dk, dsa[kk], desc_q + kk * kMnStep);
+    }
+    wgmma_commit();
+
+    // dQ (queries 64 wg .., 64 channels) = dS K over the 128 keys: A = dS read from dS^T tiles [kh][wg] (MN-major),
+    // B = K half kh (keys, channels): MN-major.
+    fence_async_shared();  // this thread's dS^T stores, visible to wgmma
+    __syncthreads();       // both warpgroups' dS^T rows are in place
+    float dqa[8][4];
+    wgmma_fence();
+#pragma unroll
+    for (int kh = 0; kh < 2; ++kh) {
+      const uint64_t desc_ds = sw128_desc(sdSt + (2 * kh + wg) * kTileBytes);
+      const uint64_t desc_kh = sw128_desc(sK + kh * kTileBytes);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_ss<1, 1>(dqa, desc_ds + kk * kMnStep, desc_kh + kk * kMnStep, kh > 0 || kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_settle(dqa);
+    wgmma_settle(dv);
+    wgmma_settle(dk);
+
+    // The warpgroup's dQ tile in fragment order (kernels/attention_wgmma_backward_kernel.cuh: each warp's 16 rows
+    // one 4 KB quarter, added by the warp's own bulk reduction). Query tiles wholly past T are not in dq_accum
+    // (their dS is 0).
+    const int qb = 2 * step + wg;
+    if (qb < n_qb) {
+      float* warp_dq = sdQ + wg * 4096 + wl * 1024;
+      if (blk.lane == 0) bulk_wait_read();  // the warp's previous reduction has read its quarter
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          *reinterpret_cast<float2*>(warp_dq + (j * 2 + r) * 64 + 2 * blk.lane) =
+              make_float2(dqa[j][2 * r], dqa[j][2 * r + 1]);
+      fence_async_shared();  // this thread's stores, visible to the bulk copy engine
+      __syncwarp();
+      if (blk.lane == 0)
+        bulk_reduce_add(dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + wl * 1024, warp_dq, kDqTile128Bytes / 4);
+    }
+    if (tid < kSteps128) {  // stage st ^ 1 was last read in step - 1, before this step's first barrier
+      sLse[(st ^ 1) * kSteps128 + tid] = next_lse;
+      sDelta[(st ^ 1) * kSteps128 + tid] = next_delta;
+    }
+  }
+
+  if (blk.lane == 0) bulk_wait_all();  // shared memory must outlive each warp's last reduction's read
+  const int key0 = blk.k0 + 64 * wg;  // the warpgroup's first key
+  if constexpr (kDy) {  // dK and dV as the qkv linear's dy codes (kernels/attention_dy_codes.cuh), not into dqkv
+    __syncthreads();    // every warp is past its last MMAs' wait: the Q stages hold the codes' tiles
+    write_dkv_codes(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T, blk.C,
+                    int64_t{BH / NH} * T, wl, blk.g, blk.t, tid % 128);
+  } else {
+    // dK (scaled) and dV added into dqkv (written over it unless `accumulate`): rows key_lo + g (+ 8), channels
+    // 8 j + 2 t (+ 1).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int ki = blk.key_lo + blk.g + 8 * r;
+      if (ki >= T) continue;
+      bf16* dk_dst = dqkv + (int64_t{blk.b} * T + ki) * blk.ld + blk.C + blk.h * kHs + 2 * blk.t;
+      bf16* dv_dst = dk_dst + blk.C;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        auto* pk = reinterpret_cast<__nv_bfloat162*>(dk_dst + 8 * j);
+        auto* pv = reinterpret_cast<__nv_bfloat162*>(dv_dst + 8 * j);
+        const float2 ok = accumulate ? __bfloat1622float2(*pk) : float2{0.0f, 0.0f};
+        const float2 ov = accumulate ? __bfloat1622float2(*pv) : float2{0.0f, 0.0f};
+        *pk = __floats2bfloat162_rn(ok.x + scale * dk[j][2 * r], ok.y + scale * dk[j][2 * r + 1]);
+        *pv = __floats2bfloat162_rn(ov.x + dv[j][2 * r], ov.y + dv[j][2 * r + 1]);
+      }
+    }
+  }
+}
+
+#else  // not sm_90a: never launched (attention_wgmma_available() is false)
+
+template <bool kCodes, bool kDy>
+__global__ void attention_backward_wgmma128_kernel(bf16*, float*, const float*, const bf16*, AttentionQkv,
+                                                   const float*, int, int, int, int, float, bool, AttentionDyCodes) {
+  __trap();
+}
+
+#endif
+
+template <bool kCodes, bool kDy>
+void launch_backward_wgmma128(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
+                              const AttentionQkv& qkv, const float* lse, int B, int T, int NH, float scale,
+                              cudaStream_t stream, bool accumulate, const AttentionDyCodes& dy) {
+  FP8T_CHECK((qkv.e4m3 != nullptr) == kCodes, "launch_backward_wgmma128: qkv's form does not match the kernel");
+  FP8T_CHECK(!kDy || (dy.scale != nullptr && !accumulate),
+             "launch_backward_wgmma128: dy codes need a scale, and accumulate false");
+  auto* kernel = attention_backward_wgmma128_kernel<kCodes, kDy>;
+  static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
+  const int slots = resident.get([kernel] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem128));
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads128, kSmem128));
+    return sm_count() * std::max(per_sm, 1);
+  });
+  const int BH = B * NH, n_kb = ceil_div(T, kKeys128);
+  kernel<<<BH * n_kb, kThreads128, kSmem128, stream>>>(dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH,
+                                                       backward_group(BH, n_kb, T, kHs, slots), scale, accumulate,
+                                                       dy);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+}  // namespace fp8t::kernels
