@@ -31,8 +31,9 @@ constexpr int kSmem128 = 16 * kTileBytes + 2 * kDqTile128Bytes + 4 * kSteps128 *
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // kCodes: qkv read from E4M3 codes with a scale per row (AttentionQkv), dequantized into the tiles as they load.
-// kDy: dK and dV go to dy's codes (AttentionDyCodes), not into dqkv.
-template <bool kCodes, bool kDy>
+// kDy: dK and dV go to dy's codes (AttentionDyCodes), not into dqkv. kSplit (the lab's): S^T's MMAs committed
+// before dP^T's, and P^T made (f32, in s) while dP^T's run; then dS^T. The same values as the joint order.
+template <bool kCodes, bool kDy, bool kSplit = false>
 __global__ void __launch_bounds__(kThreads128, 1)
     attention_backward_wgmma128_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
                                        AttentionQkv qkv, const float* lse, int BH, int T, int NH, int group,
@@ -132,18 +133,32 @@ __global__ void __launch_bounds__(kThreads128, 1)
       *reinterpret_cast<uint32_t*>(tile + r0 * 128 + ((c ^ (r0 & 7)) << 4) + 4 * blk.t) = lo;
       *reinterpret_cast<uint32_t*>(tile + (r0 + 8) * 128 + ((c ^ ((r0 + 8) & 7)) << 4) + 4 * blk.t) = hi;
     };
+    const float* lse2 = sLse + st * kSteps128;
+    const float* delta_q = sDelta + st * kSteps128;
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kHs / 16; ++kk) {
       wgmma_ss_n128(s, desc_k + kk * kKStep, desc_q + kk * kKStep, kk > 0);
-      wgmma_ss_n128(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
+      if constexpr (!kSplit) wgmma_ss_n128(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
     }
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_settle(s);
-    wgmma_settle(dp);
-    backward_p_ds(s, dp, sLse + st * kSteps128, sDelta + st * kSteps128, sl2, diagonal, q0, blk.key_lo, blk.g, blk.t,
-                  pa, dsa, store_ds);
+    if constexpr (kSplit) {
+      wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < kHs / 16; ++kk) wgmma_ss_n128(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
+      wgmma_commit();
+      wgmma_wait<1>();
+      wgmma_settle(s);
+      backward_p(s, lse2, sl2, diagonal, q0, blk.key_lo, blk.g, blk.t, pa);
+      wgmma_wait<0>();
+      wgmma_settle(dp);
+      backward_ds(s, dp, delta_q, blk.t, dsa, store_ds);
+    } else {
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_settle(s);
+      wgmma_settle(dp);
+      backward_p_ds(s, dp, lse2, delta_q, sl2, diagonal, q0, blk.key_lo, blk.g, blk.t, pa, dsa, store_ds);
+    }
 
     // dV += P^T dO, dK += dS^T Q (K = the 128 queries; dO and Q are (queries, channels): MN-major B, the stage's two
     // tiles one after the other).
@@ -235,7 +250,7 @@ __global__ void __launch_bounds__(kThreads128, 1)
 
 #else  // not sm_90a: never launched (attention_wgmma_available() is false)
 
-template <bool kCodes, bool kDy>
+template <bool kCodes, bool kDy, bool kSplit = false>
 __global__ void attention_backward_wgmma128_kernel(bf16*, float*, const float*, const bf16*, AttentionQkv,
                                                    const float*, int, int, int, int, float, bool, AttentionDyCodes) {
   __trap();
@@ -243,14 +258,14 @@ __global__ void attention_backward_wgmma128_kernel(bf16*, float*, const float*, 
 
 #endif
 
-template <bool kCodes, bool kDy>
+template <bool kCodes, bool kDy, bool kSplit = false>
 void launch_backward_wgmma128(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
                               const AttentionQkv& qkv, const float* lse, int B, int T, int NH, float scale,
                               cudaStream_t stream, bool accumulate, const AttentionDyCodes& dy) {
   FP8T_CHECK((qkv.e4m3 != nullptr) == kCodes, "launch_backward_wgmma128: qkv's form does not match the kernel");
   FP8T_CHECK(!kDy || (dy.scale != nullptr && !accumulate),
              "launch_backward_wgmma128: dy codes need a scale, and accumulate false");
-  auto* kernel = attention_backward_wgmma128_kernel<kCodes, kDy>;
+  auto* kernel = attention_backward_wgmma128_kernel<kCodes, kDy, kSplit>;
   static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
   const int slots = resident.get([kernel] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem128));

@@ -1,5 +1,6 @@
 // The lab's instances of the wgmma attention backward kernel (kernels/attention_wgmma_backward_kernel.cuh), each
 // run between the product's delta and dQ passes (kernels/attention_backward_passes.cuh).
+#include "kernels/attention_wgmma_backward128_kernel.cuh"
 #include "kernels/attention_wgmma_backward_kernel.cuh"
 #include "kernels/lab/attention_wgmma_backward_variants.cuh"
 
@@ -8,6 +9,7 @@ namespace fp8t::kernels::lab {
 const char* variant_name(WgmmaBackwardVariant variant) {
   switch (variant) {
     case WgmmaBackwardVariant::keys64_3_blocks: return "64 keys, 3 blocks/SM";
+    case WgmmaBackwardVariant::keys128_split: return "128 keys, P during dP";
     case WgmmaBackwardVariant::atomic_dq_2_blocks: return "atomic dQ, 2 blocks/SM";
     case WgmmaBackwardVariant::atomic_dq_3_blocks: return "atomic dQ, 3 blocks/SM";
     case WgmmaBackwardVariant::tiled_dq_2_blocks: return "tiled dQ, 2 blocks/SM";
@@ -34,6 +36,10 @@ void attention_backward_wgmma(WgmmaBackwardVariant variant, bf16* dqkv, float* d
   switch (variant) {
     case WgmmaBackwardVariant::keys64_3_blocks:
       launch_backward_wgmma<3, DqLayout::tiles>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream);
+      break;
+    case WgmmaBackwardVariant::keys128_split:
+      launch_backward_wgmma128<false, false, true>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream, true,
+                                                   AttentionDyCodes{});
       break;
     case WgmmaBackwardVariant::atomic_dq_2_blocks:
       launch_backward_wgmma<2, DqLayout::rows>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream);
