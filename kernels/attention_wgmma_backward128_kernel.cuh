@@ -1,8 +1,8 @@
 // The attention backward's main pass at head size 64 in FlashAttention-3's tile shape (sm_90a): one block of two
 // warpgroups per (128 keys, b*h), warpgroup w owning keys 64 w .. 64 w + 63, over query steps of 128 from the
 // diagonal on (the block order of kernels/attention_common.cuh). Per step, each warpgroup:
-//   S^T = K_w Q^T and dP^T = V_w dO^T    (64 keys x 128 queries, m64n128k16; A and B from shared memory)
-//   P^T, dS^T in registers               (backward_p_ds over 16 column tiles)
+//   S^T = K_w Q^T, then dP^T = V_w dO^T  (64 keys x 128 queries, m64n128k16; A and B from shared memory)
+//   P^T while dP^T's MMAs run, then dS^T (registers; backward_p and backward_ds over 16 column tiles)
 //   dV_w += P^T dO, dK_w += dS^T Q       (k = the 128 queries; A from registers)
 //   dS^T into shared memory; after a block barrier, dQ of queries 64 w .. + 63 = dS K over all 128 keys
 // Against the 64-key kernel (kernels/attention_wgmma_backward_kernel.cuh): Q and dO are loaded once per 128 keys,
@@ -31,9 +31,10 @@ constexpr int kSmem128 = 16 * kTileBytes + 2 * kDqTile128Bytes + 4 * kSteps128 *
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // kCodes: qkv read from E4M3 codes with a scale per row (AttentionQkv), dequantized into the tiles as they load.
-// kDy: dK and dV go to dy's codes (AttentionDyCodes), not into dqkv. kSplit (the lab's): S^T's MMAs committed
-// before dP^T's, and P^T made (f32, in s) while dP^T's run; then dS^T. The same values as the joint order.
-template <bool kCodes, bool kDy, bool kSplit = false>
+// kDy: dK and dV go to dy's codes (AttentionDyCodes), not into dqkv. S^T's MMAs are committed before dP^T's, and
+// P^T is made (f32, in s) while dP^T's run, then dS^T; kJoint (the lab's, 2% slower): one group for both, P^T and
+// dS^T made together once it is done. The same values either way.
+template <bool kCodes, bool kDy, bool kJoint = false>
 __global__ void __launch_bounds__(kThreads128, 1)
     attention_backward_wgmma128_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
                                        AttentionQkv qkv, const float* lse, int BH, int T, int NH, int group,
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(kThreads128, 1)
     }
     const uint64_t desc_q = sw128_desc(sQ + 2 * st * kTileBytes), desc_do = sw128_desc(sdO + 2 * st * kTileBytes);
 
-    // S^T = K_w Q^T and dP^T = V_w dO^T: (64 keys, 128 queries), K = the 64 channels, in one group.
+    // S^T = K_w Q^T and dP^T = V_w dO^T: (64 keys, 128 queries), K = the 64 channels; two groups (kJoint: one).
     float s[16][4], dp[16][4];
     uint32_t pa[8][4], dsa[8][4];  // P^T, dS^T as A fragments (k = queries)
     const bool diagonal = step == blk.kb;  // masked on this step only (queries precede keys; every key past T)
@@ -139,9 +140,9 @@ __global__ void __launch_bounds__(kThreads128, 1)
 #pragma unroll
     for (int kk = 0; kk < kHs / 16; ++kk) {
       wgmma_ss_n128(s, desc_k + kk * kKStep, desc_q + kk * kKStep, kk > 0);
-      if constexpr (!kSplit) wgmma_ss_n128(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
+      if constexpr (kJoint) wgmma_ss_n128(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
     }
-    if constexpr (kSplit) {
+    if constexpr (!kJoint) {
       wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < kHs / 16; ++kk) wgmma_ss_n128(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
@@ -250,7 +251,7 @@ __global__ void __launch_bounds__(kThreads128, 1)
 
 #else  // not sm_90a: never launched (attention_wgmma_available() is false)
 
-template <bool kCodes, bool kDy, bool kSplit = false>
+template <bool kCodes, bool kDy, bool kJoint = false>
 __global__ void attention_backward_wgmma128_kernel(bf16*, float*, const float*, const bf16*, AttentionQkv,
                                                    const float*, int, int, int, int, float, bool, AttentionDyCodes) {
   __trap();
@@ -258,14 +259,14 @@ __global__ void attention_backward_wgmma128_kernel(bf16*, float*, const float*, 
 
 #endif
 
-template <bool kCodes, bool kDy, bool kSplit = false>
+template <bool kCodes, bool kDy, bool kJoint = false>
 void launch_backward_wgmma128(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
                               const AttentionQkv& qkv, const float* lse, int B, int T, int NH, float scale,
                               cudaStream_t stream, bool accumulate, const AttentionDyCodes& dy) {
   FP8T_CHECK((qkv.e4m3 != nullptr) == kCodes, "launch_backward_wgmma128: qkv's form does not match the kernel");
   FP8T_CHECK(!kDy || (dy.scale != nullptr && !accumulate),
              "launch_backward_wgmma128: dy codes need a scale, and accumulate false");
-  auto* kernel = attention_backward_wgmma128_kernel<kCodes, kDy, kSplit>;
+  auto* kernel = attention_backward_wgmma128_kernel<kCodes, kDy, kJoint>;
   static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
   const int slots = resident.get([kernel] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem128));

@@ -1,7 +1,8 @@
 // The main pass of the attention backward at head size 64 on Hopper's warpgroup MMA (wgmma.mma_async, sm_90a),
-// templated on blocks per SM, the dQ path and where dK, dV go (dqkv, or the qkv linear's dy codes): the product runs
-// the tiled-dQ instances (kernels/attention_wgmma_backward.cu), the lab the others
-// (kernels/lab/attention_wgmma_backward_variants.cu).
+// templated on blocks per SM, the dQ path and where dK, dV go (dqkv, or the qkv linear's dy codes). The product until
+// the thirty-fifth session (three blocks per SM, tiled dQ, joint order); now the lab's
+// (kernels/lab/attention_wgmma_backward_variants.cu), beside the product's 128-key kernel
+// (kernels/attention_wgmma_backward128_kernel.cuh).
 // One block = one warpgroup (4 warps) per (64 keys, b*h), over query blocks of 64 from the diagonal on; the
 // block order is that of the mma.sync kernel (kernels/attention_common.cuh). Per query block:
 //   S^T = K Q^T and dP^T = V dO^T        (64 keys x 64 queries; A and B from shared memory)
@@ -21,12 +22,12 @@ namespace fp8t::kernels {
 namespace {
 
 // How a query step orders its MMAs and arithmetic within the warpgroup:
-//   joint:        S^T and dP^T in one group; P^T and dS^T made together once both are done (the product)
+//   joint:        S^T and dP^T in one group; P^T and dS^T made together once both are done
 //   p_during_dp:  S^T's group first; P^T (f32) made while dP^T runs, then dS^T (more spills: 1% slower)
 //   dv_during_ds: as p_during_dp, then dV += P^T dO issued before dS^T is made, from P^T rounded to bf16 (the
 //                 f32 P^T would not fit the register budget beside dV's MMAs in flight: ptxas serialized them)
 enum class StepOrder : uint8_t { joint, p_during_dp, dv_during_ds };
-inline constexpr StepOrder kProductOrder = StepOrder::joint;  // the fastest exact one (docs/perf-notes.md)
+inline constexpr StepOrder kProductOrder = StepOrder::joint;  // the fastest exact one at 64 keys (docs/perf-notes.md)
 
 // sK, sV, 2 x sQ, 2 x sdO, sdS^T, then 2 x lse and 2 x delta (f32); +1024 to align the tiles to 1024 bytes;
 // with the tiled dQ layout, a 64 x 64 f32 dQ tile after them.

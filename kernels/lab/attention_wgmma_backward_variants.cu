@@ -9,7 +9,7 @@ namespace fp8t::kernels::lab {
 const char* variant_name(WgmmaBackwardVariant variant) {
   switch (variant) {
     case WgmmaBackwardVariant::keys64_3_blocks: return "64 keys, 3 blocks/SM";
-    case WgmmaBackwardVariant::keys128_split: return "128 keys, P during dP";
+    case WgmmaBackwardVariant::keys128_joint: return "128 keys, joint order";
     case WgmmaBackwardVariant::atomic_dq_2_blocks: return "atomic dQ, 2 blocks/SM";
     case WgmmaBackwardVariant::atomic_dq_3_blocks: return "atomic dQ, 3 blocks/SM";
     case WgmmaBackwardVariant::tiled_dq_2_blocks: return "tiled dQ, 2 blocks/SM";
@@ -37,7 +37,7 @@ void attention_backward_wgmma(WgmmaBackwardVariant variant, bf16* dqkv, float* d
     case WgmmaBackwardVariant::keys64_3_blocks:
       launch_backward_wgmma<3, DqLayout::tiles>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream);
       break;
-    case WgmmaBackwardVariant::keys128_split:
+    case WgmmaBackwardVariant::keys128_joint:
       launch_backward_wgmma128<false, false, true>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream, true,
                                                    AttentionDyCodes{});
       break;

@@ -1,6 +1,6 @@
 // The wgmma attention backward's main passes kept for comparison with the product's (128 keys per block of two
 // warpgroups, dQ added as tiles: kernels/attention_wgmma_backward.cu): the 64-key kernel of one warpgroup per block
-// (kernels/attention_wgmma_backward_kernel.cuh) in five forms, and the 128-key kernel with another step order. Not
+// (kernels/attention_wgmma_backward_kernel.cuh) in five forms, and the 128-key kernel with the joint step order. Not
 // in the product library: tests and benchmarks only.
 #pragma once
 #include <cuda_bf16.h>
@@ -12,7 +12,7 @@ namespace fp8t::kernels::lab {
 
 enum class WgmmaBackwardVariant : uint8_t {
   keys64_3_blocks,     // 64 keys per block, dQ as tiles, three blocks per SM: the product until the 35th session
-  keys128_split,       // the product's 128-key kernel with P^T made while dP^T's MMAs run
+  keys128_joint,       // the product's 128-key kernel with P^T and dS^T made once S^T and dP^T are done
   atomic_dq_2_blocks,  // dQ by f32 atomics into (B, T, C) rows, two blocks per SM
   atomic_dq_3_blocks,  // dQ by f32 atomics into rows, three blocks per SM
   tiled_dq_2_blocks,   // dQ by bulk reductions of 64 x 64 tiles (the product's layout), two blocks per SM
@@ -20,7 +20,7 @@ enum class WgmmaBackwardVariant : uint8_t {
   dv_during_ds,        // keys64_3_blocks with dV's MMAs running while dS^T is made (StepOrder::dv_during_ds)
 };
 inline constexpr WgmmaBackwardVariant kWgmmaBackwardVariants[] = {WgmmaBackwardVariant::keys64_3_blocks,
-                                                                  WgmmaBackwardVariant::keys128_split,
+                                                                  WgmmaBackwardVariant::keys128_joint,
                                                                   WgmmaBackwardVariant::atomic_dq_2_blocks,
                                                                   WgmmaBackwardVariant::atomic_dq_3_blocks,
                                                                   WgmmaBackwardVariant::tiled_dq_2_blocks,
