@@ -32,7 +32,7 @@ constexpr int kSmem128 = 16 * kTileBytes + 2 * kDqTile128Bytes + 4 * kSteps128 *
 
 // kCodes: qkv read from E4M3 codes with a scale per row (AttentionQkv), dequantized into the tiles as they load.
 // kDy: dK and dV go to dy's codes (AttentionDyCodes), not into dqkv. S^T's MMAs are committed before dP^T's, and
-// P^T is made (f32, in s) while dP^T's run, then dS^T; kJoint (the lab's, 2% slower): one group for both, P^T and
+// P^T is made (f32, in s) while dP^T's run, then dS^T; kJoint (the lab's, 2.5% slower): one group for both, P^T and
 // dS^T made together once it is done. The same values either way.
 template <bool kCodes, bool kDy, bool kJoint = false>
 __global__ void __launch_bounds__(kThreads128, 1)
