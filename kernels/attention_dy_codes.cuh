@@ -57,12 +57,12 @@ __device__ __forceinline__ void store_codes_t(const uint8_t* s_t, uint8_t* codes
   }
 }
 
-// The main pass's dK (times the softmax scale) and dV of one block (64 keys from k0 of head h, batch b) as dy codes,
-// from the warpgroup's accumulators: thread (warp, g, t) holds keys k0 + 16 warp + g + 8 r, channels 8 j + 2 t + e
+// The main pass's dK (times the softmax scale) and dV of one warpgroup (64 keys from k0 of head h, batch b) as dy
+// codes, from its accumulators: thread (warp, g, t) holds keys k0 + 16 warp + g + 8 r, channels 8 j + 2 t + e
 // in dk[j][2 r + e] (and dv). x is the bf16 value the plain path writes (0 + scale * dk, 0 + dv), zero past T.
 // smem: 2 * 4096 + 2048 free bytes (16-byte aligned) for the transposed tiles and the column sums. All 128 threads
 // of the warpgroup (tid 0 .. 127, warp 0 .. 3 within it) call it, once every MMA has read its tiles, and so do the
-// block's other warpgroups (each with its own smem): it ends with a block barrier before the transposed stores.
+// block's other warpgroups (each with its own smem): it has a block barrier before the transposed stores.
 __device__ __forceinline__ void write_dkv_codes(const float (&dk)[8][4], const float (&dv)[8][4], float scale,
                                                 const AttentionDyCodes& dy, uint8_t* smem, int b, int h, int k0,
                                                 int T, int C, int64_t M, int warp, int g, int t,
