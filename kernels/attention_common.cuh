@@ -139,6 +139,17 @@ __device__ __forceinline__ void p_tile(float (&x)[4], int j, const float* lse2, 
     if (diagonal && q0 + 8 * j + 2 * t + (e & 1) < key_lo + g + 8 * (e >> 1)) x[e] = 0.0f;
   }
 }
+// The scores of a diagonal step where the query precedes the key set to -inf, so that P^T made from them with
+// diagonal false is p_tile's with diagonal true, bit for bit (ex2 of -inf is +0, also where lse is inf): the mask's
+// tests in their own loop, run on diagonal steps only, without a second copy of the P^T code.
+template <int N8>
+__device__ __forceinline__ void mask_scores(float (&s)[N8][4], int q0, int key_lo, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < N8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (q0 + 8 * j + 2 * t + (e & 1) < key_lo + g + 8 * (e >> 1)) s[j][e] = -INFINITY;
+}
 // Tile j's 4 values (rows g, g + 8) packed into the A fragments a.
 template <int N8>
 __device__ __forceinline__ void pack_tile(const float (&x)[4], int j, uint32_t (&a)[N8 / 2][4]) {

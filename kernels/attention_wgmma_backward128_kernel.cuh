@@ -28,13 +28,24 @@ constexpr int kDqTile128Bytes = 64 * 64 * 4;  // one warpgroup's dQ tile (f32)
 // to align the tiles to 1024 bytes. 165 KB: one block per SM.
 constexpr int kSmem128 = 16 * kTileBytes + 2 * kDqTile128Bytes + 4 * kSteps128 * 4 + 1024;
 
+// The lab's step orders of this kernel (kFlags, or-ed; 0 is the product's; the same values with any of them):
+//   kJoint: S^T's and dP^T's MMAs in one group, P^T and dS^T made together once it is done (the product commits
+//     S^T's first and makes P^T while dP^T's run);
+//   kMaskEveryStep: the causal mask's test inside P^T's loop on every step (the product sets the masked scores of the
+//     diagonal step to -inf in a loop of their own, mask_scores);
+//   kDqLast: dV's and dK's MMAs both before the block barrier, dQ's after, then one wait for all (the product: dV
+//     before the barrier, then dQ, then dK, whose MMAs run while dQ leaves);
+//   kLseAtLoad: the next step's lse scaled by log2(e) where it is loaded (a register wait on the load at the top of
+//     the step; the product scales it where it is stored, at the end).
+// kBackward128Main35: the product of the thirty-fifth session.
+enum Backward128Flags : int { kJoint = 1, kMaskEveryStep = 2, kDqLast = 4, kLseAtLoad = 8 };
+inline constexpr int kBackward128Main35 = kMaskEveryStep | kDqLast | kLseAtLoad;
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // kCodes: qkv read from E4M3 codes with a scale per row (AttentionQkv), dequantized into the tiles as they load.
-// kDy: dK and dV go to dy's codes (AttentionDyCodes), not into dqkv. S^T's MMAs are committed before dP^T's, and
-// P^T is made (f32, in s) while dP^T's run, then dS^T; kJoint (the lab's, 2.5% slower): one group for both, P^T and
-// dS^T made together once it is done. The same values either way.
-template <bool kCodes, bool kDy, bool kJoint = false>
+// kDy: dK and dV go to dy's codes (AttentionDyCodes), not into dqkv.
+template <bool kCodes, bool kDy, int kFlags = 0>
 __global__ void __launch_bounds__(kThreads128, 1)
     attention_backward_wgmma128_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
                                        AttentionQkv qkv, const float* lse, int BH, int T, int NH, int group,
@@ -111,12 +122,12 @@ __global__ void __launch_bounds__(kThreads128, 1)
     fence_async_shared();  // this thread's cp.async writes (and kCodes stores), visible to the async proxy (wgmma)
     // Stage st is complete, and every warp's MMAs of step - 1 are done: stage st ^ 1 and sdSt are free.
     __syncthreads();
-    float next_lse = INFINITY, next_delta = 0.0f;
+    float next_lse = INFINITY, next_delta = 0.0f;  // scaled by log2(e) at the end of the step (kLseAtLoad: here)
     if (step + 1 < n_steps) {
       load_rows(q0 + kSteps128, st ^ 1);
       const int qi = q0 + kSteps128 + tid;
       if (tid < kSteps128 && qi < T) {
-        next_lse = lse_bh[qi] * kLog2e;
+        next_lse = (kFlags & kLseAtLoad) ? lse_bh[qi] * kLog2e : lse_bh[qi];
         next_delta = delta_bh[qi];
       }
     }
@@ -140,16 +151,21 @@ __global__ void __launch_bounds__(kThreads128, 1)
 #pragma unroll
     for (int kk = 0; kk < kHs / 16; ++kk) {
       wgmma_ss_n128(s, desc_k + kk * kKStep, desc_q + kk * kKStep, kk > 0);
-      if constexpr (kJoint) wgmma_ss_n128(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
+      if constexpr (kFlags & kJoint) wgmma_ss_n128(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
     }
-    if constexpr (!kJoint) {
+    if constexpr (!(kFlags & kJoint)) {
       wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < kHs / 16; ++kk) wgmma_ss_n128(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
       wgmma_commit();
       wgmma_wait<1>();
       wgmma_settle(s);
-      backward_p(s, lse2, sl2, diagonal, q0, blk.key_lo, blk.g, blk.t, pa);
+      if constexpr (kFlags & kMaskEveryStep) {
+        backward_p(s, lse2, sl2, diagonal, q0, blk.key_lo, blk.g, blk.t, pa);
+      } else {
+        if (diagonal) mask_scores(s, q0, blk.key_lo, blk.g, blk.t);
+        backward_p(s, lse2, sl2, false, q0, blk.key_lo, blk.g, blk.t, pa);
+      }
       wgmma_wait<0>();
       wgmma_settle(dp);
       backward_ds(s, dp, delta_q, blk.t, dsa, store_ds);
@@ -162,17 +178,22 @@ __global__ void __launch_bounds__(kThreads128, 1)
     }
 
     // dV += P^T dO, dK += dS^T Q (K = the 128 queries; dO and Q are (queries, channels): MN-major B, the stage's two
-    // tiles one after the other).
+    // tiles one after the other). dV's MMAs run while the warpgroups meet at the barrier below, dK's (after dQ's)
+    // while dQ leaves; kDqLast: both before the barrier.
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
       wgmma_settle(pa[kk]);
       wgmma_settle(dsa[kk]);
     }
+    auto mma_dk = [&] {
+#pragma unroll
+      for (int kk = 0; kk < kSteps128 / 16; ++kk) wgmma_rs<1>(dk, dsa[kk], desc_q + kk * kMnStep);
+    };
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kSteps128 / 16; ++kk) {
       wgmma_rs<1>(dv, pa[kk], desc_do + kk * kMnStep);
-      wgmma_rs<1>(dk, dsa[kk], desc_q + kk * kMnStep);
+      if constexpr (kFlags & kDqLast) wgmma_rs<1>(dk, dsa[kk], desc_q + kk * kMnStep);
     }
     wgmma_commit();
 
@@ -191,10 +212,17 @@ __global__ void __launch_bounds__(kThreads128, 1)
         wgmma_ss<1, 1>(dqa, desc_ds + kk * kMnStep, desc_kh + kk * kMnStep, kh > 0 || kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
+    if constexpr (kFlags & kDqLast) {
+      wgmma_wait<0>();
+      wgmma_settle(dv);
+      wgmma_settle(dk);
+    } else {
+      mma_dk();
+      wgmma_commit();
+      wgmma_wait<1>();  // dV's and dQ's groups
+      wgmma_settle(dv);
+    }
     wgmma_settle(dqa);
-    wgmma_settle(dv);
-    wgmma_settle(dk);
 
     // The warpgroup's dQ tile in fragment order (kernels/attention_wgmma_backward_kernel.cuh: each warp's 16 rows
     // one 4 KB quarter, added by the warp's own bulk reduction). Query tiles wholly past T are not in dq_accum
@@ -216,8 +244,12 @@ __global__ void __launch_bounds__(kThreads128, 1)
         bulk_reduce_add(dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + wl * 1024, warp_dq, kDqTile128Bytes / 4);
     }
     if (tid < kSteps128) {  // stage st ^ 1 was last read in step - 1, before this step's first barrier
-      sLse[(st ^ 1) * kSteps128 + tid] = next_lse;
+      sLse[(st ^ 1) * kSteps128 + tid] = (kFlags & kLseAtLoad) ? next_lse : next_lse * kLog2e;
       sDelta[(st ^ 1) * kSteps128 + tid] = next_delta;
+    }
+    if constexpr (!(kFlags & kDqLast)) {  // dK's MMAs read stage st's Q, which the next step's loads overwrite
+      wgmma_wait<0>();
+      wgmma_settle(dk);
     }
   }
 
@@ -251,7 +283,7 @@ __global__ void __launch_bounds__(kThreads128, 1)
 
 #else  // not sm_90a: never launched (attention_wgmma_available() is false)
 
-template <bool kCodes, bool kDy, bool kJoint = false>
+template <bool kCodes, bool kDy, int kFlags = 0>
 __global__ void attention_backward_wgmma128_kernel(bf16*, float*, const float*, const bf16*, AttentionQkv,
                                                    const float*, int, int, int, int, float, bool, AttentionDyCodes) {
   __trap();
@@ -259,14 +291,14 @@ __global__ void attention_backward_wgmma128_kernel(bf16*, float*, const float*, 
 
 #endif
 
-template <bool kCodes, bool kDy, bool kJoint = false>
+template <bool kCodes, bool kDy, int kFlags = 0>
 void launch_backward_wgmma128(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
                               const AttentionQkv& qkv, const float* lse, int B, int T, int NH, float scale,
                               cudaStream_t stream, bool accumulate, const AttentionDyCodes& dy) {
   FP8T_CHECK((qkv.e4m3 != nullptr) == kCodes, "launch_backward_wgmma128: qkv's form does not match the kernel");
   FP8T_CHECK(!kDy || (dy.scale != nullptr && !accumulate),
              "launch_backward_wgmma128: dy codes need a scale, and accumulate false");
-  auto* kernel = attention_backward_wgmma128_kernel<kCodes, kDy, kJoint>;
+  auto* kernel = attention_backward_wgmma128_kernel<kCodes, kDy, kFlags>;
   static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
   const int slots = resident.get([kernel] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem128));

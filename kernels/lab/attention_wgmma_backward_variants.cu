@@ -1,5 +1,7 @@
 // The lab's instances of the wgmma attention backward kernel (kernels/attention_wgmma_backward_kernel.cuh), each
 // run between the product's delta and dQ passes (kernels/attention_backward_passes.cuh).
+#include <type_traits>
+
 #include "kernels/attention_wgmma_backward128_kernel.cuh"
 #include "kernels/attention_wgmma_backward_kernel.cuh"
 #include "kernels/lab/attention_wgmma_backward_variants.cuh"
@@ -15,6 +17,10 @@ const char* variant_name(WgmmaBackwardVariant variant) {
     case WgmmaBackwardVariant::tiled_dq_2_blocks: return "tiled dQ, 2 blocks/SM";
     case WgmmaBackwardVariant::p_during_dp: return "P during dP";
     case WgmmaBackwardVariant::dv_during_ds: return "dV during dS (bf16 P)";
+    case WgmmaBackwardVariant::keys128_main35: return "128 keys, 35th session";
+    case WgmmaBackwardVariant::keys128_mask_every_step: return "128 keys, mask every step";
+    case WgmmaBackwardVariant::keys128_dq_last: return "128 keys, dQ last";
+    case WgmmaBackwardVariant::keys128_lse_at_load: return "128 keys, lse at load";
   }
   return "?";
 }
@@ -33,14 +39,19 @@ void attention_backward_wgmma(WgmmaBackwardVariant variant, bf16* dqkv, float* d
   const DqLayout layout = rows ? DqLayout::rows : DqLayout::tiles;
   attention_backward_delta(delta, dq_accum, layout, dout, AttentionOut{.bf16 = out}, B, T, NH, kHs, stream);
   const AttentionQkv in{.bf16 = qkv};
+  auto launch128 = [&](auto flags) {  // flags: std::integral_constant of Backward128Flags
+    launch_backward_wgmma128<false, false, decltype(flags)::value>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH,
+                                                                   scale, stream, true, AttentionDyCodes{});
+  };
   switch (variant) {
     case WgmmaBackwardVariant::keys64_3_blocks:
       launch_backward_wgmma<3, DqLayout::tiles>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream);
       break;
-    case WgmmaBackwardVariant::keys128_joint:
-      launch_backward_wgmma128<false, false, true>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream, true,
-                                                   AttentionDyCodes{});
-      break;
+    case WgmmaBackwardVariant::keys128_joint: launch128(std::integral_constant<int, kJoint>{}); break;
+    case WgmmaBackwardVariant::keys128_main35: launch128(std::integral_constant<int, kBackward128Main35>{}); break;
+    case WgmmaBackwardVariant::keys128_mask_every_step: launch128(std::integral_constant<int, kMaskEveryStep>{}); break;
+    case WgmmaBackwardVariant::keys128_dq_last: launch128(std::integral_constant<int, kDqLast>{}); break;
+    case WgmmaBackwardVariant::keys128_lse_at_load: launch128(std::integral_constant<int, kLseAtLoad>{}); break;
     case WgmmaBackwardVariant::atomic_dq_2_blocks:
       launch_backward_wgmma<2, DqLayout::rows>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream);
       break;

@@ -18,6 +18,10 @@ enum class WgmmaBackwardVariant : uint8_t {
   tiled_dq_2_blocks,   // dQ by bulk reductions of 64 x 64 tiles (the product's layout), two blocks per SM
   p_during_dp,         // keys64_3_blocks with P^T made while dP^T's MMAs run (StepOrder::p_during_dp)
   dv_during_ds,        // keys64_3_blocks with dV's MMAs running while dS^T is made (StepOrder::dv_during_ds)
+  keys128_main35,      // the 128-key kernel as the thirty-fifth session left it (kBackward128Main35)
+  keys128_mask_every_step,  // the product's 128-key kernel with kMaskEveryStep
+  keys128_dq_last,          // ... with kDqLast
+  keys128_lse_at_load,      // ... with kLseAtLoad
 };
 inline constexpr WgmmaBackwardVariant kWgmmaBackwardVariants[] = {WgmmaBackwardVariant::keys64_3_blocks,
                                                                   WgmmaBackwardVariant::keys128_joint,
@@ -25,7 +29,11 @@ inline constexpr WgmmaBackwardVariant kWgmmaBackwardVariants[] = {WgmmaBackwardV
                                                                   WgmmaBackwardVariant::atomic_dq_3_blocks,
                                                                   WgmmaBackwardVariant::tiled_dq_2_blocks,
                                                                   WgmmaBackwardVariant::p_during_dp,
-                                                                  WgmmaBackwardVariant::dv_during_ds};
+                                                                  WgmmaBackwardVariant::dv_during_ds,
+                                                                  WgmmaBackwardVariant::keys128_main35,
+                                                                  WgmmaBackwardVariant::keys128_mask_every_step,
+                                                                  WgmmaBackwardVariant::keys128_dq_last,
+                                                                  WgmmaBackwardVariant::keys128_lse_at_load};
 const char* variant_name(WgmmaBackwardVariant variant);
 
 // kernels::attention_backward at head size 64 on a Hopper with an sm_90a build, with `variant`'s main pass

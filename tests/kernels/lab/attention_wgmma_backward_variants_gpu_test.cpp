@@ -120,6 +120,9 @@ TEST_CASE("lab attention wgmma backward throughput", "[.bench][attention][lab]")
                   flops / ms / 1e9);
     };
     report("product", time_ms([&] { cuda_ops::attention_backward(dqkv, p.tdout, p.tqkv, p.out, p.lse, NH); }, kIters));
+    // As in training (qkv's gradient written, not added to: src/ops/attention.cpp); the variants all add.
+    report("product, written",
+           time_ms([&] { cuda_ops::attention_backward(dqkv, p.tdout, p.tqkv, p.out, p.lse, NH, false); }, kIters));
     for (WgmmaBackwardVariant v : kernels::lab::kWgmmaBackwardVariants)
       report(kernels::lab::variant_name(v), time_ms([&] { lab_backward(v, p, dqkv, scratch); }, kIters));
   }
