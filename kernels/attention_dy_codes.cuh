@@ -57,6 +57,19 @@ __device__ __forceinline__ void store_codes_t(const uint8_t* s_t, uint8_t* codes
   }
 }
 
+// One stage of a warp's reduce-scatter over lanes lane ^ kMask: of v[0 .. kN - 1], the lane keeps the upper half if
+// its kMask bit is set, else the lower, adds its partner's copy of that half, and leaves the sums in v[0 .. kN / 2).
+template <int kMask, int kN>
+__device__ __forceinline__ void reduce_scatter_stage(float (&v)[32]) {
+  const bool upper = (threadIdx.x & kMask) != 0;
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) {
+    const float send = upper ? v[i] : v[kN / 2 + i];
+    const float keep = upper ? v[kN / 2 + i] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kMask);
+  }
+}
+
 // The main pass's dK (times the softmax scale) and dV of one warpgroup (64 keys from k0 of head h, batch b) as dy
 // codes, from its accumulators: thread (warp, g, t) holds keys k0 + 16 warp + g + 8 r, channels 8 j + 2 t + e
 // in dk[j][2 r + e] (and dv). x is the bf16 value the plain path writes (0 + scale * dk, 0 + dv), zero past T.
@@ -68,49 +81,65 @@ __device__ __forceinline__ void write_dkv_codes(const float (&dk)[8][4], const f
                                                 int T, int C, int64_t M, int warp, int g, int t,
                                                 int tid = threadIdx.x) {
   constexpr int kTileT = kDyTile * kDyTile;
-  const float s = *dy.scale;
+  const float s = *dy.scale;  // its load in flight while the values and their column sums are made
   const int64_t ld = 3 * int64_t{C};
   float* s_cs = reinterpret_cast<float*>(smem + 2 * kTileT);  // [4 warps][128]: K's 64 channels, then V's
-  ThreadStats st;
-  float cs[2][16] = {};  // this thread's channels 8 j + 2 t + e (index 2 j + e) of K and V, over its two rows
-  auto encode = [&](const float (&acc)[8][4], float mul, int part, int r, int local, bool inside) {
-    float x0[8], x1[8];
+  // The values, x[part][r][k] for channel 8 (k / 2) + 2 t + k % 2 of row 16 warp + g + 8 r (part 0: K, 1: V).
+  float x[2][2][16];
+  bool inside[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    inside[r] = k0 + 16 * warp + g + 8 * r < T;
 #pragma unroll
     for (int k = 0; k < 16; ++k) {
-      const float v = inside ? bf16_rounded(0.0f + mul * acc[k / 2][2 * r + k % 2]) : 0.0f;
-      (k < 8 ? x0 : x1)[k % 8] = v;
-      cs[part][k] += v;
+      x[0][r][k] = inside[r] ? bf16_rounded(0.0f + scale * dk[k / 2][2 * r + k % 2]) : 0.0f;
+      x[1][r][k] = inside[r] ? bf16_rounded(0.0f + dv[k / 2][2 * r + k % 2]) : 0.0f;
     }
-    const uint2 lo = convert8<kDyFormat>(x0, s, st), hi = convert8<kDyFormat>(x1, s, st);
-    if (inside && dy.codes) {
-      uint8_t* row = dy.codes + (int64_t{b} * T + k0 + local) * ld + (part + 1) * int64_t{C} + h * kDyTile + 2 * t;
+  }
+  // Column sums over the warp's 16 rows (lanes 4 g + t), as a reduce-scatter: at each of the three butterfly stages
+  // (lane masks 4, 8, 16: g's bits) a lane keeps half of its sums and adds its partner's of that half, so that it ends
+  // with 4 of the 32; the same additions, in the same tree, as a full butterfly over each of the 32.
+  float v[32];
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
-        *reinterpret_cast<uint16_t*>(row + 8 * j) =
-            static_cast<uint16_t>(code_at(lo, hi, 2 * j) | (code_at(lo, hi, 2 * j + 1) << 8));
+  for (int i = 0; i < 32; ++i) v[i] = (0.0f + x[i / 16][0][i % 16]) + x[i / 16][1][i % 16];
+  reduce_scatter_stage<4, 32>(v);
+  reduce_scatter_stage<8, 16>(v);
+  reduce_scatter_stage<16, 8>(v);
+  {
+    // v[i] is sum 16 (g & 1) + 8 (g >> 1 & 1) + 4 (g >> 2) + i of the 32: part g & 1, k = that - 16 part.
+    const int part = g & 1, k0s = 8 * ((g >> 1) & 1) + 4 * (g >> 2);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int k = k0s + i;
+      s_cs[warp * 128 + part * 64 + 8 * (k / 2) + 2 * t + k % 2] = v[i];
     }
-#pragma unroll
-    for (int k = 0; k < 16; ++k)  // channel 8 (k / 2) + 2 t + k % 2, row `local`
-      smem[part * kTileT + (8 * (k / 2) + 2 * t + k % 2) * kDyTile + local] = code_at(lo, hi, k);
-  };
+  }
+  ThreadStats st;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int local = 16 * warp + g + 8 * r;
-    const bool inside = k0 + local < T;
-    encode(dk, scale, 0, r, local, inside);
-    encode(dv, 1.0f, 1, r, local, inside);
-  }
-  // Column sums over the warp's 16 rows (lanes 4 g + t: g = 0 ends with them), then over the 4 warps.
 #pragma unroll
-  for (int part = 0; part < 2; ++part)
+    for (int part = 0; part < 2; ++part) {
+      float x0[8], x1[8];
 #pragma unroll
-    for (int k = 0; k < 16; ++k) {
-      float v = cs[part][k];
-      v += __shfl_xor_sync(0xffffffffu, v, 4);
-      v += __shfl_xor_sync(0xffffffffu, v, 8);
-      v += __shfl_xor_sync(0xffffffffu, v, 16);
-      if (g == 0) s_cs[warp * 128 + part * 64 + 8 * (k / 2) + 2 * t + k % 2] = v;
+      for (int k = 0; k < 8; ++k) {
+        x0[k] = x[part][r][k];
+        x1[k] = x[part][r][8 + k];
+      }
+      const uint2 lo = convert8<kDyFormat>(x0, s, st), hi = convert8<kDyFormat>(x1, s, st);
+      if (inside[r] && dy.codes) {
+        uint8_t* row =
+            dy.codes + (int64_t{b} * T + k0 + local) * ld + (part + 1) * int64_t{C} + h * kDyTile + 2 * t;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          *reinterpret_cast<uint16_t*>(row + 8 * j) =
+              static_cast<uint16_t>(code_at(lo, hi, 2 * j) | (code_at(lo, hi, 2 * j + 1) << 8));
+      }
+#pragma unroll
+      for (int k = 0; k < 16; ++k)  // channel 8 (k / 2) + 2 t + k % 2, row `local`
+        smem[part * kTileT + (8 * (k / 2) + 2 * t + k % 2) * kDyTile + local] = code_at(lo, hi, k);
     }
+  }
   flush_warp_stats(st, dy.stats);
   __syncthreads();
   const int n_rows = min(kDyTile, T - k0);
