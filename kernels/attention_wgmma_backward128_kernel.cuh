@@ -3,8 +3,9 @@
 // diagonal on (the block order of kernels/attention_common.cuh). Per step, each warpgroup:
 //   S^T = K_w Q^T, then dP^T = V_w dO^T  (64 keys x 128 queries, m64n128k16; A and B from shared memory)
 //   P^T while dP^T's MMAs run, then dS^T (registers; backward_p and backward_ds over 16 column tiles)
-//   dV_w += P^T dO, dK_w += dS^T Q       (k = the 128 queries; A from registers)
+//   dV_w += P^T dO                       (k = the 128 queries; A from registers)
 //   dS^T into shared memory; after a block barrier, dQ of queries 64 w .. + 63 = dS K over all 128 keys
+//   dK_w += dS^T Q, its MMAs running while dQ leaves by bulk reductions
 // Against the 64-key kernel (kernels/attention_wgmma_backward_kernel.cuh): Q and dO are loaded once per 128 keys,
 // S^T and dP^T read K and V once per 128 queries (m64n128 wgmma: 96 bytes of shared memory per clock at the tensor
 // cores' rate instead of 128), and dQ leaves by one bulk reduction per 128 keys instead of 64, in the same tiles

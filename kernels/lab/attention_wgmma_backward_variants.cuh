@@ -1,7 +1,8 @@
 // The wgmma attention backward's main passes kept for comparison with the product's (128 keys per block of two
 // warpgroups, dQ added as tiles: kernels/attention_wgmma_backward.cu): the 64-key kernel of one warpgroup per block
-// (kernels/attention_wgmma_backward_kernel.cuh) in five forms, and the 128-key kernel with the joint step order. Not
-// in the product library: tests and benchmarks only.
+// (kernels/attention_wgmma_backward_kernel.cuh) in five forms, and the 128-key kernel with its step choices reverted
+// one by one (Backward128Flags) or all as the thirty-fifth session left them. Not in the product library: tests and
+// benchmarks only.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
