@@ -123,6 +123,16 @@ TEST_CASE("lab attention wgmma backward throughput", "[.bench][attention][lab]")
     // As in training (qkv's gradient written, not added to: src/ops/attention.cpp); the variants all add.
     report("product, written",
            time_ms([&] { cuda_ops::attention_backward(dqkv, p.tdout, p.tqkv, p.out, p.lse, NH, false); }, kIters));
+    // FP8 training's case: dK and dV (and dQ) leave as the qkv linear's E5M2 dy codes, row-major and transposed, with
+    // their column sums (kernels/attention_dy_codes.cuh); the codes' buffers come from the caching allocator.
+    if (cuda_ops::attention_writes_dy_codes(p.qkv_shape(), NH)) {
+      const Tensor dy_scale = upload({1.0f}, {1}, DType::f32);
+      const Fp8DyRequest request{.scale = dy_scale.data<float>(), .codes = true, .codes_t = true, .colsum = true};
+      const cuda_ops::AttentionSaved forms{.qkv = &p.tqkv, .out = &p.out};
+      report("product, dy codes", time_ms([&] {
+               (void)cuda_ops::attention_backward_dy_codes(request, p.tdout, forms, p.lse, NH);
+             }, kIters));
+    }
     for (WgmmaBackwardVariant v : kernels::lab::kWgmmaBackwardVariants)
       report(kernels::lab::variant_name(v), time_ms([&] { lab_backward(v, p, dqkv, scratch); }, kIters));
   }
