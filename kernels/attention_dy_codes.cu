@@ -44,9 +44,12 @@ __global__ void __launch_bounds__(kDqThreads) attention_dq_codes_kernel(const fl
     const float acc[8] = {a[i][0].x, a[i][0].y, a[i][0].z, a[i][0].w, a[i][1].x, a[i][1].y, a[i][1].z, a[i][1].w};
     float x[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      x[e] = inside ? bf16_rounded(0.0f + scale * acc[e]) : 0.0f;  // attention_dq_kernel's value, not accumulating
+    for (int e = 0; e < 8; e += 2) {  // attention_dq_kernel's values, not accumulating; rounded in pairs
+      const float2 v = bf16_round2(0.0f + scale * acc[e], 0.0f + scale * acc[e + 1]);
+      x[e] = inside ? v.x : 0.0f;
+      x[e + 1] = inside ? v.y : 0.0f;
       cs[e] += x[e];
+      cs[e + 1] += x[e + 1];
     }
     codes[i] = convert8<kDyFormat>(x, s, st);
     if (inside && dy.codes)

@@ -14,9 +14,6 @@ namespace {
 constexpr Fp8Format kDyFormat = Fp8Format::e5m2;  // the backward format of precision.fp8.format: hybrid
 constexpr int kDyTile = 64;                       // rows and channels of a tile
 
-// x rounded to bf16 and widened back (exact): the value the bf16 gradient would hold, which the cast reads.
-__device__ __forceinline__ float bf16_rounded(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-
 // Byte k (0..15) of the sixteen codes two convert8 calls gave (lo: values 0-7, hi: 8-15).
 __device__ __forceinline__ uint8_t code_at(uint2 lo, uint2 hi, int k) {
   const uint2 w = k < 8 ? lo : hi;
@@ -85,15 +82,20 @@ __device__ __forceinline__ void write_dkv_codes(const float (&dk)[8][4], const f
   const int64_t ld = 3 * int64_t{C};
   float* s_cs = reinterpret_cast<float*>(smem + 2 * kTileT);  // [4 warps][128]: K's 64 channels, then V's
   // The values, x[part][r][k] for channel 8 (k / 2) + 2 t + k % 2 of row 16 warp + g + 8 r (part 0: K, 1: V).
+  // Each the bf16 value the plain path writes, rounded in pairs (bf16_round2: one conversion for two).
   float x[2][2][16];
   bool inside[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     inside[r] = k0 + 16 * warp + g + 8 * r < T;
 #pragma unroll
-    for (int k = 0; k < 16; ++k) {
-      x[0][r][k] = inside[r] ? bf16_rounded(0.0f + scale * dk[k / 2][2 * r + k % 2]) : 0.0f;
-      x[1][r][k] = inside[r] ? bf16_rounded(0.0f + dv[k / 2][2 * r + k % 2]) : 0.0f;
+    for (int j = 0; j < 8; ++j) {
+      const float2 kv = bf16_round2(0.0f + scale * dk[j][2 * r], 0.0f + scale * dk[j][2 * r + 1]);
+      const float2 vv = bf16_round2(0.0f + dv[j][2 * r], 0.0f + dv[j][2 * r + 1]);
+      x[0][r][2 * j] = inside[r] ? kv.x : 0.0f;
+      x[0][r][2 * j + 1] = inside[r] ? kv.y : 0.0f;
+      x[1][r][2 * j] = inside[r] ? vv.x : 0.0f;
+      x[1][r][2 * j + 1] = inside[r] ? vv.y : 0.0f;
     }
   }
   // Column sums over the warp's 16 rows (lanes 4 g + t), as a reduce-scatter: at each of the three butterfly stages

@@ -39,12 +39,6 @@ __device__ __forceinline__ float dgelu_value_bf16(float d, float pre) {
   return __bfloat162float(__float2bfloat16_rn(gelu_backward_value(0.0f, pre, d)));
 }
 
-// Two values rounded to bf16 (nearest even) and widened back: lane for lane __float2bfloat16_rn, in one
-// cvt.rn.bf16x2.f32 instead of two conversions (which issue at an eighth of the FP32 rate: the GELU casts' bound).
-__device__ __forceinline__ float2 bf16_round2(float a, float b) {
-  return __bfloat1622float2(__floats2bfloat162_rn(a, b));
-}
-
 // dgelu_value_bf16 of two elements (gradients d0, d1 of gelu(p0), gelu(p1)), rounded together.
 __device__ __forceinline__ float2 dgelu_values_bf16(float d0, float p0, float d1, float p1) {
   return bf16_round2(gelu_backward_value(0.0f, p0, d0), gelu_backward_value(0.0f, p1, d1));

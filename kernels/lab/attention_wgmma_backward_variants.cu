@@ -73,4 +73,21 @@ void attention_backward_wgmma(WgmmaBackwardVariant variant, bf16* dqkv, float* d
   attention_backward_dq(dqkv, dq_accum, layout, B, T, NH, kHs, stream);
 }
 
+void attention_backward_wgmma_dy(bool keys64, const AttentionDyCodes& dy, float* dq_accum, float* delta,
+                                 const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B, int T,
+                                 int NH, cudaStream_t stream) {
+  FP8T_CHECK(attention_wgmma_available(), "lab::attention_backward_wgmma_dy: needs an sm_90a build on a Hopper GPU");
+  FP8T_CHECK(B > 0 && T > 0 && NH > 0 && int64_t{B} * NH * ceil_div(T, kKeys) <= 0x7fffffff,
+             "lab::attention_backward_wgmma_dy: bad sizes B={} T={} NH={}", B, T, NH);
+  const float scale = 1.0f / sqrtf(float(kHs));
+  attention_backward_delta(delta, dq_accum, DqLayout::tiles, dout, AttentionOut{.bf16 = out}, B, T, NH, kHs, stream);
+  const AttentionQkv in{.bf16 = qkv};
+  if (keys64)
+    launch_backward_wgmma<3, DqLayout::tiles, false, kProductOrder, true>(nullptr, dq_accum, delta, dout, in, lse, B,
+                                                                          T, NH, scale, stream, false, dy);
+  else
+    launch_backward_wgmma128<false, true>(nullptr, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream, false, dy);
+  attention_backward_dq_codes(dq_accum, dy, B, T, NH, stream);
+}
+
 }  // namespace fp8t::kernels::lab

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/attention.cuh"
+
 namespace fp8t::kernels::lab {
 
 enum class WgmmaBackwardVariant : uint8_t {
@@ -43,5 +45,12 @@ const char* variant_name(WgmmaBackwardVariant variant);
 void attention_backward_wgmma(WgmmaBackwardVariant variant, __nv_bfloat16* dqkv, float* dq_accum, float* delta,
                               const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const __nv_bfloat16* out,
                               const float* lse, int B, int T, int NH, cudaStream_t stream);
+
+// The dy-codes backward (FP8 training's: the gradient written as the qkv linear's E5M2 codes, AttentionDyCodes) with
+// the main pass of 64 keys per block and three blocks per SM (keys64) or the product's 128-key one, between the
+// product's delta and dQ-codes passes. Scratch as above.
+void attention_backward_wgmma_dy(bool keys64, const AttentionDyCodes& dy, float* dq_accum, float* delta,
+                                 const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const __nv_bfloat16* out,
+                                 const float* lse, int B, int T, int NH, cudaStream_t stream);
 
 }  // namespace fp8t::kernels::lab

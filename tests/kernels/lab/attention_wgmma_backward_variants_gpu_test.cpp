@@ -10,10 +10,12 @@
 
 #include "kernels/attention.cuh"
 #include "kernels/attention_wgmma.cuh"
+#include "kernels/fp8_cast.cuh"
 #include "kernels/lab/attention_wgmma_backward_variants.cuh"
 #include "kernels/stream.cuh"
 #include "ops/attention_cuda.h"
 #include "ops/cpu/attention.h"
+#include "util/fp8_test_util.h"
 #include "util/gpu_test_util.h"
 
 using namespace fp8t;
@@ -95,6 +97,66 @@ void check_variants(int B, int T, int NH) {
   }
 }
 
+// The dy codes of one backward and their statistics (kernels/fp8_cast.cuh's layout), poisoned / zeroed.
+struct DyBuffers {
+  Tensor codes, codes_t, stats;
+  int64_t amax_index;
+  DyBuffers(int64_t M, int C3)
+      : codes(poisoned({M, C3}, DType::e5m2)),
+        codes_t(poisoned({C3, M}, DType::e5m2)),
+        stats(Tensor::zeros({kernels::cast_stats_floats(C3)}, DType::f32, kGpu)),
+        amax_index(kernels::cast_stats_amax_index(C3)) {}
+  kernels::Fp8CastOutputs outputs() {
+    float* s = stats.data<float>();
+    return {s + amax_index, reinterpret_cast<unsigned long long*>(s + amax_index + 2), s};
+  }
+};
+
+// Each main pass writing dy codes (the lab's 64-key kernel, the product's 128-key one) against the plain E5M2 cast of
+// the same main pass's bf16 gradient (the variant adding into a zeroed dqkv, the product writing it): the same codes
+// bit for bit (a zero's sign aside), the same amax and saturation count, column sums within 1e-5 of |x|'s.
+void check_dy_codes(int B, int T, int NH) {
+  INFO("B=" << B << " T=" << T << " NH=" << NH);
+  const Problem p(B, T, NH);
+  const int64_t M = int64_t(B) * T;
+  const int C3 = 3 * p.C;
+  for (bool keys64 : {true, false}) {
+    INFO((keys64 ? "64 keys, 3 blocks/SM" : "the product's 128 keys"));
+    Tensor dqkv = Tensor::zeros(p.qkv_shape(), DType::bf16, kGpu);
+    if (keys64) {
+      Scratch scratch(p);
+      lab_backward(WgmmaBackwardVariant::keys64_3_blocks, p, dqkv, scratch);
+    } else {
+      cuda_ops::attention_backward(dqkv, p.tdout, p.tqkv, p.out, p.lse, NH, false);
+    }
+    const std::vector<float> g = download(dqkv);
+    float amax = 0.0f;
+    for (float v : g) amax = std::max(amax, std::fabs(v));
+    REQUIRE(amax > 0.0f);
+    const Tensor scale = upload({57344.0f / amax * 0.5f}, {1}, DType::f32);
+    DyBuffers want(M, C3), got(M, C3);
+    kernels::fp8_cast(dqkv.raw(), DType::bf16, M, C3, want.codes.data<uint8_t>(), want.codes_t.data<uint8_t>(),
+                      Fp8Format::e5m2, scale.data<float>(), want.outputs(), kernels::compute_stream());
+    const kernels::AttentionDyCodes dy{.codes = got.codes.data<uint8_t>(), .codes_t = got.codes_t.data<uint8_t>(),
+                                       .scale = scale.data<float>(), .stats = got.outputs()};
+    Scratch scratch(p);
+    kernels::lab::attention_backward_wgmma_dy(keys64, dy, scratch.dq_accum.data<float>(), scratch.delta.data<float>(),
+                                              p.tdout.data<bf16>(), p.tqkv.data<bf16>(), p.out.data<bf16>(),
+                                              p.lse.data<float>(), B, T, NH, kernels::compute_stream());
+    CHECK(code_mismatches_but_zero_sign(download_bytes(got.codes), download_bytes(want.codes)) == 0);
+    CHECK(code_mismatches_but_zero_sign(download_bytes(got.codes_t), download_bytes(want.codes_t)) == 0);
+    const std::vector<float> gs = download(got.stats), ws = download(want.stats);
+    check_same_kept_stats(gs, ws, want.amax_index);
+    int64_t colsum_bad = 0;
+    for (int c = 0; c < C3; ++c) {
+      double abs_sum = 0.0;
+      for (int64_t r = 0; r < M; ++r) abs_sum += std::fabs(g[r * C3 + c]);
+      colsum_bad += !(std::fabs(double(gs[c]) - ws[c]) <= 1e-5 * abs_sum + 1e-30);
+    }
+    CHECK(colsum_bad == 0);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("lab attention wgmma backward variants", "[gpu][attention][lab]") {
@@ -104,6 +166,11 @@ TEST_CASE("lab attention wgmma backward variants", "[gpu][attention][lab]") {
   int sms = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   check_variants((32 * sms / 4 + 5 + 2) / 3, 256, 3);
+}
+
+TEST_CASE("lab attention wgmma backward dy codes", "[gpu][attention][lab][fp8]") {
+  if (!kernels::attention_wgmma_available()) SKIP("no sm_90a build on a Hopper GPU");
+  for (int T : {8, 80, 333, 1024}) check_dy_codes(2, T, 3);
 }
 
 // Run: build/tests/fp8t_gpu_tests "lab attention wgmma backward throughput" (kernels/lab/README.md).
@@ -132,6 +199,18 @@ TEST_CASE("lab attention wgmma backward throughput", "[.bench][attention][lab]")
       report("product, dy codes", time_ms([&] {
                (void)cuda_ops::attention_backward_dy_codes(request, p.tdout, forms, p.lse, NH);
              }, kIters));
+      // The same passes from the lab: the 64-key main pass (three blocks per SM) beside the product's 128-key one.
+      const int64_t M = int64_t(B) * T;
+      DyBuffers dyb(M, 3 * p.C);
+      const kernels::AttentionDyCodes dy{.codes = dyb.codes.data<uint8_t>(), .codes_t = dyb.codes_t.data<uint8_t>(),
+                                         .scale = dy_scale.data<float>(), .stats = dyb.outputs()};
+      for (bool keys64 : {true, false})
+        report(keys64 ? "64 keys, dy codes" : "128 keys, dy codes", time_ms([&] {
+                 kernels::lab::attention_backward_wgmma_dy(keys64, dy, scratch.dq_accum.data<float>(),
+                                                           scratch.delta.data<float>(), p.tdout.data<bf16>(),
+                                                           p.tqkv.data<bf16>(), p.out.data<bf16>(),
+                                                           p.lse.data<float>(), B, T, NH, kernels::compute_stream());
+               }, kIters));
     }
     for (WgmmaBackwardVariant v : kernels::lab::kWgmmaBackwardVariants)
       report(kernels::lab::variant_name(v), time_ms([&] { lab_backward(v, p, dqkv, scratch); }, kIters));
