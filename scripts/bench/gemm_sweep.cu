@@ -3,7 +3,7 @@
 // E4M3 x E5M2 into bf16, wgrad E4M3 x E5M2 accumulated into the bf16 gradient with beta 1, a 32 MiB workspace),
 // each timed alone: what the heuristic's first choice (the one fp8train runs with run.gemm_autotune false, and for
 // the accumulating wgrads always) leaves against the fastest candidate the heuristic offers. Comparison rows, not in
-// the layer's sum: dgrad with fast accumulation, the forward without its bias epilogue, and the forward writing
+// the layer's sum: dgrad and wgrad with fast accumulation, the forward without its bias epilogue, and the forward writing
 // E4M3 (D scale and amax) with and without the bias epilogue.
 // Build: nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a gemm_sweep.cu -lcublasLt -o gemm_sweep
 // Usage: gemm_sweep [C ROWS [CANDIDATES]]   (default 1600 16384 32: GPT-2 1.5B, B=16, T=1024)
@@ -229,6 +229,7 @@ int main(int argc, char** argv) {
     gemms.push_back({name("dgrad"), l.ic, M, l.oc, e4, e5, h, false, false, 0.0f});
     gemms.push_back({name("wgrad"), l.ic, l.oc, M, e4, e5, h, false, false, 1.0f});
     gemms.push_back({name("dgrad+fast"), l.ic, M, l.oc, e4, e5, h, false, true, 0.0f, true});
+    gemms.push_back({name("wgrad+fast"), l.ic, l.oc, M, e4, e5, h, false, true, 1.0f, true});
     gemms.push_back({name("fwd-nobias"), l.oc, M, l.ic, e4, e4, h, false, true, 0.0f, true});
     gemms.push_back({name("fwd-e4m3-out"), l.oc, M, l.ic, e4, e4, e4, true, true, 0.0f, true});
     gemms.push_back({name("fwd-e4m3-nobias"), l.oc, M, l.ic, e4, e4, e4, false, true, 0.0f, true});
