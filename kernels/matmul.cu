@@ -364,26 +364,27 @@ void matmul_backward_weight(void* dweight, DType dweight_dtype, const bf16* dout
 // matrix is a column-major (C, R) one, so each GEMM below names which stored copy is K-major.
 
 void matmul_fp8_forward(bf16* out, const MatmulOperand& inp, const MatmulOperand& weight, const bf16* bias, int M,
-                        int K, int N, cudaStream_t stream) {
+                        int K, int N, cudaStream_t stream, bool fast_accum) {
   // out^T (N, M) = weight (N, K) [stored (K, N) column-major, K-major] @ inp^T (K, M) [inp (M, K), K-major]
   matmul_lt(out, DType::bf16, weight, true, inp, false, N, M, K, 1.0f, 0.0f,
-            bias ? MatmulEpilogue::bias : MatmulEpilogue::none, bias, nullptr, /*fast_accum=*/true, stream);
+            bias ? MatmulEpilogue::bias : MatmulEpilogue::none, bias, nullptr, fast_accum, stream);
 }
 
 void matmul_fp8_backward_input(bf16* dinp, const MatmulOperand& dout, const MatmulOperand& weight_t, int M, int K,
-                               int N, bool accumulate, cudaStream_t stream) {
+                               int N, bool accumulate, cudaStream_t stream, bool fast_accum) {
   // dinp^T (K, M) = weight^T (K, N) [weight_t (K, N) row-major, N-major] @ dout^T (N, M) [dout (M, N), N-major]
   matmul_lt(dinp, DType::bf16, weight_t, true, dout, false, K, M, N, 1.0f, accumulate ? 1.0f : 0.0f,
-            MatmulEpilogue::none, nullptr, nullptr, /*fast_accum=*/false, stream);
+            MatmulEpilogue::none, nullptr, nullptr, fast_accum, stream);
 }
 
 void matmul_fp8_backward_weight(void* dweight, DType dweight_dtype, const MatmulOperand& dout_t,
-                                const MatmulOperand& inp_t, int M, int K, int N, bool accumulate, cudaStream_t stream) {
+                                const MatmulOperand& inp_t, int M, int K, int N, bool accumulate, cudaStream_t stream,
+                                bool fast_accum) {
   FP8T_CHECK(dweight_dtype == DType::f32 || dweight_dtype == DType::bf16,
              "matmul_fp8_backward_weight: dweight must be f32 or bf16, got {}", dtype_name(dweight_dtype));
   // dweight^T (K, N) = inp^T (K, M) [inp_t (K, M), M-major] @ dout (M, N) [dout_t (N, M), M-major]
   matmul_lt(dweight, dweight_dtype, inp_t, true, dout_t, false, K, N, M, 1.0f, accumulate ? 1.0f : 0.0f,
-            MatmulEpilogue::none, nullptr, nullptr, /*fast_accum=*/false, stream);
+            MatmulEpilogue::none, nullptr, nullptr, fast_accum, stream);
 }
 
 }  // namespace fp8t::kernels

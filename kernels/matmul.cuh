@@ -79,17 +79,20 @@ void matmul_backward_input_dgelu(__nv_bfloat16* dpre, const __nv_bfloat16* dout,
 void matmul_backward_weight(void* dweight, DType dweight_dtype, const __nv_bfloat16* dout, const __nv_bfloat16* inp,
                             int M, int K, int N, bool accumulate, cudaStream_t stream);
 // ---- FP8 row-major helpers. Operands are FP8 codes (E4M3 or E5M2, not both E5M2) with their device
-// scale_inv as `scale`; FP32 accumulation; every dimension a multiple of 16; fast accumulation in
-// fprop only. Hopper takes only K-major operands, hence the transposed copies in backward.
+// scale_inv as `scale`; FP32 accumulation; every dimension a multiple of 16. `fast_accum`: cuBLASLt's fast
+// accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM: the tensor cores' partial sums are not promoted to f32 along K),
+// by default in fprop only, as in Transformer Engine (precision.fp8.fast_accum). Hopper takes only K-major
+// operands, hence the transposed copies in backward.
 // out (M, N) bf16 = inp (M, K) @ weight (N, K)^T (+ bias (N) bf16)
 void matmul_fp8_forward(__nv_bfloat16* out, const MatmulOperand& inp, const MatmulOperand& weight,
-                        const __nv_bfloat16* bias, int M, int K, int N, cudaStream_t stream);
+                        const __nv_bfloat16* bias, int M, int K, int N, cudaStream_t stream, bool fast_accum = true);
 // dinp (M, K) bf16 (+)= dout (M, N) @ weight (N, K), given weight_t (K, N)
 void matmul_fp8_backward_input(__nv_bfloat16* dinp, const MatmulOperand& dout, const MatmulOperand& weight_t, int M,
-                               int K, int N, bool accumulate, cudaStream_t stream);
+                               int K, int N, bool accumulate, cudaStream_t stream, bool fast_accum = false);
 // dweight (N, K) f32 or bf16 (+)= dout (M, N)^T @ inp (M, K), given dout_t (N, M) and inp_t (K, M)
 void matmul_fp8_backward_weight(void* dweight, DType dweight_dtype, const MatmulOperand& dout_t,
-                                const MatmulOperand& inp_t, int M, int K, int N, bool accumulate, cudaStream_t stream);
+                                const MatmulOperand& inp_t, int M, int K, int N, bool accumulate, cudaStream_t stream,
+                                bool fast_accum = false);
 // dbias (N) f32 += column sums of dout (M, N)
 void matmul_backward_bias(float* dbias, const __nv_bfloat16* dout, int M, int N, cudaStream_t stream);
 

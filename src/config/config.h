@@ -1,6 +1,7 @@
 // Run configuration: one small struct per subsystem, filled from YAML in one place (config.cpp).
 // Unknown keys, wrong types and out-of-range values are errors naming the file, line and key.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -130,6 +131,13 @@ struct Fp8Config {
   ActivationStorage activation_storage = ActivationStorage::fp8;
   bool reduce_amax = true;          // all-reduce (max) amax over data-parallel ranks
   int monitor_every = 100;          // FP8-vs-master weight error in metrics every N steps; 0 = never
+  // The FP8 GEMMs that use cuBLASLt's fast accumulation (the tensor cores' partial sums not promoted to f32 along
+  // K): a subset of forward, dgrad, wgrad. Transformer Engine's choice, forward only, is the default. CUDA only:
+  // the CPU path sums in f32 either way.
+  std::vector<std::string> fast_accum = {"forward"};
+  bool fast_accum_in(std::string_view gemm) const {
+    return std::find(fast_accum.begin(), fast_accum.end(), gemm) != fast_accum.end();
+  }
 };
 
 // The dtype of the flat gradient buffer: auto = bf16 with compute fp8, else fp32. With bf16 every

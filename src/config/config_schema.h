@@ -31,6 +31,7 @@ inline constexpr std::array<std::string_view, 3> kStorageNames{"fp8", "bf16", "f
 inline constexpr std::array<std::string_view, 2> kDeviceNames{"cpu", "cuda"};
 inline constexpr std::array<std::string_view, 1> kArchNames{"gpt2"};
 inline constexpr std::array<std::string_view, 5> kLayerNames{"qkv", "proj", "fc", "fc2", "lm_head"};
+inline constexpr std::array<std::string_view, 3> kGemmNames{"forward", "dgrad", "wgrad"};
 
 using Choices = std::span<const std::string_view>;
 inline Choices names_of(Recompute) { return kRecomputeNames; }
@@ -135,6 +136,7 @@ void visit_fields(C& c, V& v) {
   v("precision.fp8.activation_storage", f.activation_storage);
   v("precision.fp8.reduce_amax", f.reduce_amax);
   v("precision.fp8.monitor_every", f.monitor_every, at_least(0));
+  v("precision.fp8.fast_accum", f.fast_accum, Choices(kGemmNames));
   auto& d = c.distributed;
   v("distributed.zero_stage", d.zero_stage, between(0, 2));
   v("distributed.bucket_mb", d.bucket_mb, kBucketMbRange);

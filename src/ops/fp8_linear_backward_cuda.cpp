@@ -29,7 +29,7 @@ Tensor dgrad_into_new(const Fp8LinearSaved& s, const QuantizedTensor& dyq, MemCa
   Tensor dh = Tensor::empty(s.x_grad.shape, DType::bf16, dyq.device(), cat);
   k::matmul_fp8_backward_input(dh.data<bf16>(), operand(dyq, false), operand(s.st->weight_fp8, true),
                                static_cast<int>(s.M), static_cast<int>(s.IC), static_cast<int>(s.OC),
-                               /*accumulate=*/false, stream);
+                               /*accumulate=*/false, stream, s.st->cfg.fast_accum_in("dgrad"));
   return dh;
 }
 
@@ -94,7 +94,7 @@ void dgrad_into_x(const Fp8LinearSaved& s, const QuantizedTensor& dyq, cudaStrea
   }
   k::matmul_fp8_backward_input(dx.data<bf16>(), operand(dyq, false), operand(s.st->weight_fp8, true),
                                static_cast<int>(s.M), static_cast<int>(s.IC), static_cast<int>(s.OC), accumulate,
-                               stream);
+                               stream, s.st->cfg.fast_accum_in("dgrad"));
 }
 
 // x^T's codes for wgrad: the forward's, or (bf16 storage, recast_xt) cast again from what the forward's cast
@@ -131,7 +131,8 @@ void wgrad(const Fp8LinearSaved& s, const QuantizedTensor& dyq, const QuantizedT
   FP8T_CHECK(dw.device().is_cuda() && (dw.dtype() == DType::f32 || dw.dtype() == DType::bf16),
              "fp8_linear ({}): the weight gradient must be a CUDA f32 or bf16 tensor, got {}", s.st->name, dw.str());
   k::matmul_fp8_backward_weight(dw.raw(), dw.dtype(), operand(dyq, true), operand(xt, true), static_cast<int>(s.M),
-                                static_cast<int>(s.IC), static_cast<int>(s.OC), /*accumulate=*/true, stream);
+                                static_cast<int>(s.IC), static_cast<int>(s.OC), /*accumulate=*/true, stream,
+                                s.st->cfg.fast_accum_in("wgrad"));
 }
 
 // dgrad by the input's prologue, then wgrad, from dy's codes.

@@ -164,7 +164,7 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   Tensor out = Tensor::empty(oshape, DType::bf16, xv.device(), MemCategory::activations);
   k::matmul_fp8_forward(out.data<bf16>(), operand(xq, false), operand(st.weight_fp8, false),
                         b ? b->value.data<bf16>() : nullptr, static_cast<int>(M), static_cast<int>(IC),
-                        static_cast<int>(OC), stream);
+                        static_cast<int>(OC), stream, st.cfg.fast_accum_in("forward"));
   xq.codes = Tensor();  // back to the pool once the stream passes the GEMM; codes_t stays for wgrad
 
   Var y = make_var(std::move(out));

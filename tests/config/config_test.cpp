@@ -76,6 +76,7 @@ precision:
     activation_storage: bf16
     reduce_amax: false
     monitor_every: 0
+    fast_accum: [forward, dgrad]
 distributed: {zero_stage: 2, bucket_mb: 12.5, timeout_s: 60}
 )";
 
@@ -93,6 +94,8 @@ TEST_CASE("config: empty text gives the header's defaults", "[config]") {
   CHECK(c.optim.beta2 == 0.95);
   CHECK(c.precision.compute == fp8t::ComputeMode::fp32);
   CHECK(c.precision.fp8.layers == std::vector<std::string>{"qkv", "proj", "fc", "fc2"});
+  CHECK(c.precision.fp8.fast_accum == std::vector<std::string>{"forward"});
+  CHECK(parse_config("precision:\n  fp8:\n    fast_accum: []\n", "x").precision.fp8.fast_accum.empty());
   CHECK(c.distributed.zero_stage == 0);
   // A comment-only file and empty sections keep the defaults too.
   CHECK(parse_config("# nothing\n", "x").to_yaml() == d.to_yaml());
@@ -114,6 +117,9 @@ TEST_CASE("config: a full config is read and round-trips through to_yaml", "[con
   CHECK(c.precision.fp8.amax_compute_algo == fp8t::AmaxAlgo::most_recent);
   CHECK(c.precision.fp8.layers == std::vector<std::string>{"fc", "lm_head"});
   CHECK(c.precision.fp8.activation_storage == fp8t::ActivationStorage::bf16);
+  CHECK(c.precision.fp8.fast_accum == std::vector<std::string>{"forward", "dgrad"});
+  CHECK(c.precision.fp8.fast_accum_in("dgrad"));
+  CHECK_FALSE(c.precision.fp8.fast_accum_in("wgrad"));
   CHECK(c.distributed.bucket_mb == 12.5);
 
   std::string yaml = c.to_yaml();
@@ -185,6 +191,9 @@ TEST_CASE("config: wrong types name file - line and key", "[config]") {
                 "precision.fp8.layers");
   require_names(error_of("precision:\n  fp8:\n    layers: [qkv, qkv]\n"), 3, "listed twice");
   require_names(error_of("precision:\n  fp8:\n    format: e5m2\n"), 3, "precision.fp8.format");
+  require_names(error_of("precision:\n  fp8:\n    fast_accum: [fprop]\n"), 3, "precision.fp8.fast_accum");
+  CHECK_THAT(error_of("precision:\n  fp8:\n    fast_accum: [fprop]\n"), ContainsSubstring("forward, dgrad, wgrad"));
+  require_names(error_of("precision:\n  fp8:\n    fast_accum: [dgrad, dgrad]\n"), 3, "listed twice");
 }
 
 TEST_CASE("config: out-of-range values name file - line and key", "[config]") {

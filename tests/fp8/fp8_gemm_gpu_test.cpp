@@ -133,6 +133,14 @@ TEST_CASE("fp8 gemm: fprop dgrad wgrad match a double GEMM on the same codes and
                                {tdy.raw(), DType::e5m2, sdy.data<float>()}, false, K, M, N, 1.0f, 1.0f,
                                kernels::MatmulEpilogue::none, nullptr, nullptr, s);
       CHECK(rel_err(download(dx32), to_float(ref)) < 1e-3);
+      // With fast accumulation (precision.fp8.fast_accum: dgrad): the forward's bounds.
+      Tensor dxf = upload(dx0, {M, K}, DType::bf16);
+      kernels::matmul_fp8_backward_input(dxf.data<__nv_bfloat16>(), {tdy.raw(), DType::e5m2, sdy.data<float>()},
+                                         {twt.raw(), DType::e4m3, sw.data<float>()}, M, K, N, true, s, true);
+      const auto gotf = download(dxf);
+      CHECK(rel_err(gotf, to_float(ref)) < 5e-3);
+      CHECK(beyond_bf16_rounding(gotf, ref, std::vector<double>(dx0.begin(), dx0.end())) <=
+            static_cast<int64_t>(ref.size() / 200));
     }
     {  // wgrad: dw (N, K) += dy^T (N, M) @ x (M, K), from dy^T and x^T (K, M); f32 out, beta = 1
       const auto dw0 = randn(size_t(N) * K, 1e-4f);
@@ -149,6 +157,11 @@ TEST_CASE("fp8 gemm: fprop dgrad wgrad match a double GEMM on the same codes and
       kernels::matmul_fp8_backward_weight(dw.data<float>(), DType::f32, {tdyt.raw(), DType::e5m2, sdy.data<float>()},
                                           {txt.raw(), DType::e4m3, sx.data<float>()}, M, K, N, true, s);
       CHECK(rel_err(download(dw), ref) < 1e-3);
+      // With fast accumulation (precision.fp8.fast_accum: wgrad), K = M here: the forward's norm bound.
+      Tensor dwf = upload(dw0, {N, K}, DType::f32);
+      kernels::matmul_fp8_backward_weight(dwf.data<float>(), DType::f32, {tdyt.raw(), DType::e5m2, sdy.data<float>()},
+                                          {txt.raw(), DType::e4m3, sx.data<float>()}, M, K, N, true, s, true);
+      CHECK(rel_err(download(dwf), ref) < 5e-3);
     }
   }
 }
