@@ -3,6 +3,9 @@
 # bf16 (seed 1337), bf16 with seed 1338 (the noise floor), fp8 and fp8 with the leanest storage and
 # state, then scripts/plot_metrics.py's overlaid curves (SIZE.png) and final-loss table (SIZE.md).
 # Usage: [SIZES="124m 350m"] [EPOCHS=2] [SKIP_SEED2=1] [DRY_RUN=1] scripts/bench/convergence.sh
+# EXTRA_SET="KEY=VALUE ..." adds one more run, the lean FP8 one with those options too, named SIZE-$EXTRA_NAME
+# (default fp8-extra): e.g. EXTRA_SET="precision.fp8.fast_accum=[forward,dgrad]" EXTRA_NAME=fp8-fast-dgrad, the
+# check that fast accumulation in the dgrad GEMMs needs before it becomes the FP8 configs' default.
 # The step count covers EPOCHS passes over the train shards at TOTAL_BATCH_TOKENS per step, counted
 # from the shard headers (or TRAIN_TOKENS=N, for a dry run without the data). DRY_RUN=1 prints the
 # arithmetic and the commands instead of running them.
@@ -12,6 +15,8 @@ cd "$(dirname "$0")/../.."
 # FP8 with the least memory for activations and state; extend as the trainer gains options, e.g.
 # LEAN_SET="precision.fp8.activation_storage=fp8_all precision.grad_dtype=bf16 optim.state_dtype=fp8"
 LEAN_SET=${LEAN_SET:-"precision.fp8.activation_storage=fp8_all precision.grad_dtype=bf16 optim.state_dtype=fp8"}
+read -ra EXTRA <<< "${EXTRA_SET:-}"  # split on spaces, no globbing ([a,b] lists)
+EXTRA_NAME=${EXTRA_NAME:-fp8-extra}
 SIZES=${SIZES:-"124m 350m"}
 EPOCHS=${EPOCHS:-2}
 TOTAL_BATCH_TOKENS=${TOTAL_BATCH_TOKENS:-65536}
@@ -108,10 +113,12 @@ for size in $SIZES; do
     run "$size-fp8" "$fp8" run.seed=1337 precision.fp8.activation_storage=fp8 precision.grad_dtype=fp32 \
       optim.state_dtype=fp32
     run "$size-fp8-lean" "$fp8" run.seed=1337 $LEAN_SET
+    ((${#EXTRA[@]} == 0)) || run "$size-$EXTRA_NAME" "$fp8" run.seed=1337 $LEAN_SET "${EXTRA[@]}"
   }
   runs=("$OUT_ROOT/$size-bf16")
   [[ ${SKIP_SEED2:-0} == 1 ]] || runs+=("$OUT_ROOT/$size-bf16-seed2")
   runs+=("$OUT_ROOT/$size-fp8" "$OUT_ROOT/$size-fp8-lean")
+  ((${#EXTRA[@]} == 0)) || runs+=("$OUT_ROOT/$size-$EXTRA_NAME")
   plot=("$PYTHON" scripts/plot_metrics.py "${runs[@]}" --out "$OUT_ROOT/$size.png" --table "$OUT_ROOT/$size.md")
   if [[ $DRY_RUN == 1 ]]; then printf '%q ' "${plot[@]}"; echo; else "${plot[@]}"; fi
 done
