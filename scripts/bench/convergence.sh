@@ -2,7 +2,9 @@
 # Convergence of FP8 against BF16 on one GPU: for each model size, the same data and schedule in
 # bf16 (seed 1337), bf16 with seed 1338 (the noise floor), fp8 and fp8 with the leanest storage and
 # state, then scripts/plot_metrics.py's overlaid curves (SIZE.png) and final-loss table (SIZE.md).
-# Usage: [SIZES="124m 350m"] [EPOCHS=2] [SKIP_SEED2=1] [DRY_RUN=1] scripts/bench/convergence.sh
+# Usage: [SIZES="124m 350m"] [EPOCHS=2] [SKIP_SEED2=1] [RUNS="..."] [DRY_RUN=1] scripts/bench/convergence.sh
+# RUNS picks the runs (default "bf16 bf16-seed2 fp8 fp8-lean extra"; SKIP_SEED2=1 drops bf16-seed2), e.g.
+# RUNS="fp8-lean extra" for an A/B of one option within one device call; the plot and table cover those runs.
 # EXTRA_SET="KEY=VALUE ..." adds one more run, the lean FP8 one with those options too, named SIZE-$EXTRA_NAME
 # (default fp8-extra): e.g. EXTRA_SET="precision.fp8.fast_accum=[forward,dgrad]" EXTRA_NAME=fp8-fast-dgrad, the
 # check that fast accumulation in the dgrad GEMMs needs before it becomes the FP8 configs' default.
@@ -17,6 +19,16 @@ cd "$(dirname "$0")/../.."
 LEAN_SET=${LEAN_SET:-"precision.fp8.activation_storage=fp8_all precision.grad_dtype=bf16 optim.state_dtype=fp8"}
 read -ra EXTRA <<< "${EXTRA_SET:-}"  # split on spaces, no globbing ([a,b] lists)
 EXTRA_NAME=${EXTRA_NAME:-fp8-extra}
+RUNS=" ${RUNS:-bf16 bf16-seed2 fp8 fp8-lean extra} "
+[[ ${SKIP_SEED2:-0} == 1 ]] && RUNS=${RUNS/ bf16-seed2 / }
+((${#EXTRA[@]} > 0)) || RUNS=${RUNS/ extra / }
+for r in $RUNS; do
+  case $r in
+    bf16 | bf16-seed2 | fp8 | fp8-lean | extra) ;;
+    *) echo "convergence: RUNS has '$r'; the runs are bf16 bf16-seed2 fp8 fp8-lean extra (extra needs EXTRA_SET)" >&2
+       exit 2 ;;
+  esac
+done
 SIZES=${SIZES:-"124m 350m"}
 EPOCHS=${EPOCHS:-2}
 TOTAL_BATCH_TOKENS=${TOTAL_BATCH_TOKENS:-65536}
@@ -105,20 +117,19 @@ fi
 for size in $SIZES; do
   bf16=$CONFIGS/gpt2-$size-bf16.yaml fp8=$CONFIGS/gpt2-$size-fp8.yaml
   [[ -f $bf16 && -f $fp8 ]] || { echo "convergence: no $bf16 or $fp8" >&2; exit 2; }
-  # shellcheck disable=SC2086
-  {
-    run "$size-bf16" "$bf16" run.seed=1337
-    [[ ${SKIP_SEED2:-0} == 1 ]] || run "$size-bf16-seed2" "$bf16" run.seed=1338
+  declare -A args=(
+    [bf16]="$bf16 run.seed=1337" [bf16-seed2]="$bf16 run.seed=1338"
     # Today's FP8 mode before the lean state: FP32 gradients and moments.
-    run "$size-fp8" "$fp8" run.seed=1337 precision.fp8.activation_storage=fp8 precision.grad_dtype=fp32 \
-      optim.state_dtype=fp32
-    run "$size-fp8-lean" "$fp8" run.seed=1337 $LEAN_SET
-    ((${#EXTRA[@]} == 0)) || run "$size-$EXTRA_NAME" "$fp8" run.seed=1337 $LEAN_SET "${EXTRA[@]}"
-  }
-  runs=("$OUT_ROOT/$size-bf16")
-  [[ ${SKIP_SEED2:-0} == 1 ]] || runs+=("$OUT_ROOT/$size-bf16-seed2")
-  runs+=("$OUT_ROOT/$size-fp8" "$OUT_ROOT/$size-fp8-lean")
-  ((${#EXTRA[@]} == 0)) || runs+=("$OUT_ROOT/$size-$EXTRA_NAME")
+    [fp8]="$fp8 run.seed=1337 precision.fp8.activation_storage=fp8 precision.grad_dtype=fp32 optim.state_dtype=fp32"
+    [fp8-lean]="$fp8 run.seed=1337 $LEAN_SET" [extra]="$fp8 run.seed=1337 $LEAN_SET ${EXTRA[*]}")
+  runs=()
+  for r in $RUNS; do
+    name=$size-$r
+    [[ $r == extra ]] && name=$size-$EXTRA_NAME
+    read -ra run_args <<< "${args[$r]}"  # split on spaces, no globbing ([a,b] lists)
+    run "$name" "${run_args[@]}"
+    runs+=("$OUT_ROOT/$name")
+  done
   plot=("$PYTHON" scripts/plot_metrics.py "${runs[@]}" --out "$OUT_ROOT/$size.png" --table "$OUT_ROOT/$size.md")
   if [[ $DRY_RUN == 1 ]]; then printf '%q ' "${plot[@]}"; echo; else "${plot[@]}"; fi
 done

@@ -3,8 +3,8 @@
 // E4M3 x E5M2 into bf16, wgrad E4M3 x E5M2 accumulated into the bf16 gradient with beta 1, a 32 MiB workspace),
 // each timed alone: what the heuristic's first choice (the one fp8train runs with run.gemm_autotune false, and for
 // the accumulating wgrads always) leaves against the fastest candidate the heuristic offers. Comparison rows, not in
-// the layer's sum: dgrad and wgrad with fast accumulation, the forward without its bias epilogue, and the forward writing
-// E4M3 (D scale and amax) with and without the bias epilogue.
+// the layer's sum: dgrad and wgrad with fast accumulation, the forward without its bias epilogue, the forward writing
+// E4M3 (D scale and amax) with and without the bias epilogue, and BF16 mode's forward with and without it.
 // Build: nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a gemm_sweep.cu -lcublasLt -o gemm_sweep
 // Usage: gemm_sweep [C ROWS [CANDIDATES]]   (default 1600 16384 32: GPT-2 1.5B, B=16, T=1024)
 #include <cublasLt.h>
@@ -119,15 +119,22 @@ float time_algo(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, const void* A, c
 
 // Every candidate of one GEMM, timed; returns them in the heuristic's order.
 std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws, float* scale, const void* bias) {
-  const size_t a_bytes = size_t{1} * g.k * g.m, b_bytes = size_t{1} * g.k * g.n;
+  const bool bf16_in = g.a == CUDA_R_16BF;  // BF16 mode's GEMM: no scales
+  const size_t in_bytes = bf16_in ? 2 : 1;
+  const size_t a_bytes = in_bytes * g.k * g.m, b_bytes = in_bytes * g.k * g.n;
   const bool fp8_out = g.d != CUDA_R_16BF;  // E4M3 D: a D scale and its amax, C in bf16
   const size_t d_bytes = size_t{2} * g.m * g.n;
   uint8_t *A, *B, *D;
   CK(cudaMalloc(&A, a_bytes));
   CK(cudaMalloc(&B, b_bytes));
   CK(cudaMalloc(&D, d_bytes));
-  fill_bytes<<<1024, 256>>>(A, a_bytes, 17u, g.a == CUDA_R_8F_E5M2);
-  fill_bytes<<<1024, 256>>>(B, b_bytes, 29u, g.b == CUDA_R_8F_E5M2);
+  if (bf16_in) {  // every element 0x3C3C (~0.0115)
+    CK(cudaMemset(A, 0x3C, a_bytes));
+    CK(cudaMemset(B, 0x3C, b_bytes));
+  } else {
+    fill_bytes<<<1024, 256>>>(A, a_bytes, 17u, g.a == CUDA_R_8F_E5M2);
+    fill_bytes<<<1024, 256>>>(B, b_bytes, 29u, g.b == CUDA_R_8F_E5M2);
+  }
   CK(cudaMemset(D, 0, d_bytes));
   CK(cudaGetLastError());
 
@@ -137,8 +144,10 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
   set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
   set_desc(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(g.fast_accum ? 1 : 0));
-  set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale);
-  set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale);
+  if (!bf16_in) {
+    set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale);
+    set_desc(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale);
+  }
   if (g.bias) {
     set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, CUDA_R_16BF);
     set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
@@ -218,7 +227,7 @@ int main(int argc, char** argv) {
   };
   const Linear linears[] = {{"qkv", 3 * C, C}, {"proj", C, C}, {"fc", 4 * C, C}, {"fc2", C, 4 * C}};
   std::vector<Gemm> gemms;
-  static char names[32][40];
+  static char names[48][40];
   int used = 0;
   for (const Linear& l : linears) {
     auto name = [&](const char* what) {
@@ -233,6 +242,8 @@ int main(int argc, char** argv) {
     gemms.push_back({name("fwd-nobias"), l.oc, M, l.ic, e4, e4, h, false, true, 0.0f, true});
     gemms.push_back({name("fwd-e4m3-out"), l.oc, M, l.ic, e4, e4, e4, true, true, 0.0f, true});
     gemms.push_back({name("fwd-e4m3-nobias"), l.oc, M, l.ic, e4, e4, e4, false, true, 0.0f, true});
+    gemms.push_back({name("bf16 fwd"), l.oc, M, l.ic, h, h, h, true, false, 0.0f, true});
+    gemms.push_back({name("bf16 fwd-nobias"), l.oc, M, l.ic, h, h, h, false, false, 0.0f, true});
   }
   std::printf("| GEMM | m | n | k | first us | first TFLOP/s | best us | best TFLOP/s | best index | first/best |"
               " first tile,stages,splitk,cluster | best tile,stages,splitk,cluster | candidates |\n");
