@@ -2,8 +2,9 @@
 # Issue 16's four rows (tokens/s against llm.c's bars) for one or more builds, each row interleaved across the builds
 # in ab_builds.sh rounds: GPT-2 124M B=32 FP8 (CUDA graph, FP8 lm_head), 124M B=32 BF16 mode (CUDA graph), 1.5B B=16
 # FP8 (CUDA graph, FP8 lm_head: the 124M FP8 row's options since 2026-12-05) and 1.5B B=16 BF16 mode (no graph); FP8
-# rows with activation_storage fp8 (memory_wall.sh's fp8 row) and, since 2026-12-06, fast accumulation in dgrad
-# (precision.fp8.fast_accum, opt-in; a binary older than that option fails these FP8 rows). Prints each row's
+# rows with activation_storage fp8 (memory_wall.sh's fp8 row) and fast accumulation in dgrad (precision.fp8.fast_accum,
+# the default since 2026-12-06; passed so that binaries from before that default run it too; a binary older than the
+# option fails these FP8 rows). Prints each row's
 # ab_builds.sh table, then every build's tokens/s against the bar.
 # Usage: scripts/bench/issue16_rows.sh LABEL=BIN [LABEL=BIN ...]   e.g. main=build-gpu/fp8train
 # Env: OUT (default gpu-out), ROUNDS (default 1), STEPS_124M (30), STEPS_1_5B (15; BF16 mode takes 12),
@@ -19,7 +20,7 @@ ROWS=${ROWS:-"124m_fp8 124m_bf16 15b_fp8 15b_bf16"}
 declare -A BAR=([124m_fp8]=696000 [124m_bf16]=557000 [15b_fp8]=75000 [15b_bf16]=52600)
 GRAPH='--set train.cuda_graph=true'
 FP8_HEAD='--set "precision.fp8.layers=[qkv,proj,fc,fc2,lm_head]"'
-# Fast accumulation in the FP8 dgrad GEMMs (opt-in; since 2026-12-06, docs/perf-notes.md, thirty-seventh session).
+# Fast accumulation in the FP8 dgrad GEMMs (the default since 2026-12-06, docs/perf-notes.md, thirty-eighth session).
 FAST_DGRAD='--set "precision.fp8.fast_accum=[forward,dgrad]"'
 
 # LABEL=BIN with extra arguments: a wrapper under OUT that execs BIN with them appended.
