@@ -16,20 +16,24 @@ void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const __nv_
 // cast's LayerNorm prologue, kernels/fp8_cast.cuh, applies the normalization itself).
 void layernorm_stats(float* mean, float* rstd, const __nv_bfloat16* inp, int64_t N, int C, cudaStream_t stream);
 // out (N, C) bf16 = a + b (the add op's rounding; out must not alias a or b), and mean, rstd (N) f32 =
-// layernorm_stats(out), bit for bit, in one pass: a residual add whose sum feeds an FP8 LayerNorm cast.
+// layernorm_stats(out), bit for bit, in one pass: a residual add whose sum feeds an FP8 LayerNorm cast. With b_bias
+// (C), in these three: out = a + (b + b_bias) as add_forward with b_bias (kernels/add.cuh) rounds it.
 void add_layernorm_stats(__nv_bfloat16* out, float* mean, float* rstd, const __nv_bfloat16* a,
-                         const __nv_bfloat16* b, int64_t N, int C, cudaStream_t stream);
+                         const __nv_bfloat16* b, int64_t N, int C, cudaStream_t stream,
+                         const __nv_bfloat16* b_bias = nullptr);
 // add_layernorm_stats, and in the same pass the sum's LayerNorm output (w, lb) into normed (N, C) bf16, bit for bit
 // layernorm_forward(normed, mean, rstd, out, w, lb): a residual add whose sum feeds a bf16 LayerNorm.
 void add_layernorm_forward(__nv_bfloat16* out, __nv_bfloat16* normed, float* mean, float* rstd,
                            const __nv_bfloat16* a, const __nv_bfloat16* b, const __nv_bfloat16* w,
-                           const __nv_bfloat16* lb, int64_t N, int C, cudaStream_t stream);
+                           const __nv_bfloat16* lb, int64_t N, int C, cudaStream_t stream,
+                           const __nv_bfloat16* b_bias = nullptr);
 // add_layernorm_stats, and in the same pass the sum's LayerNorm output (w, lb) cast to FP8 into codes (N, C), bit for
 // bit fp8_cast(out, ..., scale, stats, Fp8CastInput::layernorm, {mean, rstd, w, lb})'s row-major codes and statistics
 // (no column sums): the residual add before an FP8 LayerNorm linear whose input scale is known (delayed scaling).
 void add_layernorm_cast(__nv_bfloat16* out, float* mean, float* rstd, uint8_t* codes, const __nv_bfloat16* a,
                         const __nv_bfloat16* b, const __nv_bfloat16* w, const __nv_bfloat16* lb, int64_t N, int C,
-                        Fp8Format format, const float* scale, Fp8CastOutputs stats, cudaStream_t stream);
+                        Fp8Format format, const float* scale, Fp8CastOutputs stats, cudaStream_t stream,
+                        const __nv_bfloat16* b_bias = nullptr);
 // The LayerNorm backward's new dinp written also as an FP8 linear's E5M2 dy codes: the residual branch's proj or fc2,
 // whose output gradient is the sum's that this LayerNorm finishes (autograd/variable.h: GradCell::residual_dy).
 // codes (N, C), always (non-null), and optionally codes_t (C, N) (fp8_transpose of codes after the kernel), each code

@@ -107,9 +107,10 @@ GPT::GPT(const ModelConfig& cfg, Device device, DType compute_dtype, int64_t pad
   }
 }
 
-Var GPT::dense(LinearKind kind, int layer, const Var& x, const Var& w, const Var& b, bool serve_input) {
+Var GPT::dense(LinearKind kind, int layer, const Var& x, const Var& w, const Var& b, bool serve_input,
+               LinearBias bias_at) {
   Fp8LinearState* st = kind == LinearKind::lm_head ? fp8_head_ : plans_[static_cast<size_t>(layer)].state(kind);
-  return st ? fp8_linear(x, w, b, *st, serve_input) : linear(x, w, b);
+  return st ? fp8_linear(x, w, b, *st, serve_input, bias_at) : linear(x, w, b, bias_at);
 }
 
 std::vector<std::string> GPT::fp8_layers() const {
@@ -267,7 +268,8 @@ void GPT::init(uint64_t seed) {
   params_->set_master(h);
 }
 
-// Pre-LN GPT-2 block: x + attn(ln_1(x)), then + mlp(ln_2(.)). What is fused and stored is the block's plan.
+// Pre-LN GPT-2 block: x + attn(ln_1(x)), then + mlp(ln_2(.)). What is fused and stored is the block's plan. The
+// residual branches' last linears (proj, fc2) leave their biases to the residual adds (LinearBias::in_reader).
 Var GPT::block(int l, const Var& x, RowStats* x_stats, RowStats* out_stats) {
   const BlockPlan& plan = plans_[static_cast<size_t>(l)];
   const ParameterStore& P = *params_;
@@ -283,20 +285,21 @@ Var GPT::block(int l, const Var& x, RowStats* x_stats, RowStats* out_stats) {
   role.emplace("attention (qkv, log-sum-exp)");
   h = attention(h, cfg_.n_head, plan.attention_fp8);
   role.emplace("attention output / proj input");
-  h = dense(LinearKind::proj, l, h, P.var(p + "attn.c_proj.weight"), P.var(p + "attn.c_proj.bias"),
-            plan.proj_serves_input);
+  const Var proj_b = P.var(p + "attn.c_proj.bias");
+  h = dense(LinearKind::proj, l, h, P.var(p + "attn.c_proj.weight"), proj_b, plan.proj_serves_input,
+            LinearBias::in_reader);
   watch_layer(p, "attn_residual");
   role.emplace(kResidual);
   // The residual add does ln_2's work that it can in the same pass (ask_for_layernorm).
   RowStats x1_stats;
   ask_for_layernorm(x1_stats, LinearKind::fc, l, p + "ln_2", "fc linear + ln_2");
-  const Var x1 = add(x, h, &x1_stats);
+  const Var x1 = add(x, h, &x1_stats, proj_b);
   watch_layer(p, "mlp.gelu");
   role.emplace("fc linear + ln_2");
   h = mlp(l, x1, &x1_stats);
   watch_layer(p, "mlp_residual");
   role.emplace(kResidual);
-  return add(x1, h, out_stats);
+  return add(x1, h, out_stats, P.var(p + "mlp.c_proj.bias"));
 }
 
 void GPT::ask_for_layernorm(RowStats& stats, LinearKind kind, int l, const std::string& ln, const char* role) const {
@@ -342,7 +345,7 @@ Var GPT::mlp(int l, const Var& x, RowStats* x_stats) {
   if (plan.mlp == BlockPlan::Mlp::fused_bf16) {
     const Var lw = P.var(p + "ln_2.weight"), lb = P.var(p + "ln_2.bias");
     const Var normed = layernorm(x, lw, lb, x_stats);
-    Var y = gelu_mlp(normed, w1, b1, w2, b2);
+    Var y = gelu_mlp(normed, w1, b1, w2, b2, LinearBias::in_reader);
     if (recompute_layernorm_) release_for_recompute(normed, [x, lw, lb] { return layernorm(x, lw, lb)->value; });
     return y;
   }
@@ -350,8 +353,8 @@ Var GPT::mlp(int l, const Var& x, RowStats* x_stats) {
   const ActivationRole role("GELU input / fc2 input");
   // h moves in: the fused op holds pre's last handle, so it need not write pre's FP8 round trip back.
   if (plan.mlp == BlockPlan::Mlp::gelu_in_fc2_cast)
-    return fp8_linear_gelu(std::move(h), w2, b2, *plan.state(LinearKind::fc2));
-  return dense(LinearKind::fc2, l, gelu(h, plan.gelu_input_fp8), w2, b2);
+    return fp8_linear_gelu(std::move(h), w2, b2, *plan.state(LinearKind::fc2), LinearBias::in_reader);
+  return dense(LinearKind::fc2, l, gelu(h, plan.gelu_input_fp8), w2, b2, false, LinearBias::in_reader);
 }
 
 Var GPT::hidden(const Tensor& tokens, bool recompute) {

@@ -93,7 +93,8 @@ class GPT {
   // when train.recompute is layernorm.
   Var layernorm_linear(LinearKind kind, int layer, const Var& x, const std::string& ln, const std::string& linear,
                        RowStats* x_stats = nullptr);
-  // fc -> GELU -> fc2 after ln_2, as the plan fuses them; x_stats as in layernorm_linear
+  // fc -> GELU -> fc2 after ln_2, as the plan fuses them; x_stats as in layernorm_linear. fc2 leaves its bias to the
+  // residual add after it (LinearBias::in_reader).
   Var mlp(int layer, const Var& x, RowStats* x_stats = nullptr);
   // Asks the add that makes a LayerNorm's input (stats, before add()) for that LayerNorm's work in its pass: the
   // FP8 cast of the linear `kind` of block `layer` where it runs inside that cast, else the LayerNorm `ln`'s bf16
@@ -104,7 +105,8 @@ class GPT {
   bool ln_in_cast(LinearKind kind, int layer) const;
   // linear() or fp8_linear() for the linear `kind` of block `layer` (-1 for the head).
   // serve_input: an FP8 linear serves x to x's other readers from its FP8 codes (fp8_linear.h).
-  Var dense(LinearKind kind, int layer, const Var& x, const Var& w, const Var& b, bool serve_input = false);
+  Var dense(LinearKind kind, int layer, const Var& x, const Var& w, const Var& b, bool serve_input = false,
+            LinearBias bias_at = LinearBias::in_gemm);
   Var hidden(const Tensor& tokens, bool recompute);  // final LayerNorm output (B, T, C)
 
   ModelConfig cfg_;

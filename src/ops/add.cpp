@@ -10,10 +10,17 @@ namespace fp8t {
 
 using namespace ops_detail;
 
-Var add(const Var& a, const Var& b, RowStats* stats) {
+Var add(const Var& a, const Var& b, RowStats* stats, const Var& b_bias) {
   FP8T_CHECK(a->value.shape() == b->value.shape(), "add: shapes {} and {} differ", a->value.str(), b->value.str());
   check_same_dtype("add", a->value, b->value);
   check_same_device("add", a->value, b->value);
+  const Tensor* bias = b_bias ? &b_bias->value : nullptr;
+  if (bias) {
+    FP8T_CHECK(a->value.ndim() >= 1 && bias->numel() == a->value.dim(-1),
+               "add: b's bias {} must have one value per column of {}", bias->str(), a->value.str());
+    check_same_dtype("add", a->value, *bias);
+    check_same_device("add", a->value, *bias);
+  }
   Tensor out = Tensor::empty(a->value.shape(), a->value.dtype(), a->value.device(), MemCategory::activations);
   std::shared_ptr<Fp8LnCastAhead> ahead;
   Var norm_w, norm_b;
@@ -48,13 +55,17 @@ Var add(const Var& a, const Var& b, RowStats* stats) {
         if (with_stats) {
           cuda_ops::add_forward_row_stats(out, stats->mean, stats->rstd, a->value, b->value,
                                           cast_ahead ? ahead.get() : nullptr, with_norm ? &normed : nullptr,
-                                          with_norm ? &norm_w->value : nullptr, with_norm ? &norm_b->value : nullptr);
+                                          with_norm ? &norm_w->value : nullptr, with_norm ? &norm_b->value : nullptr,
+                                          bias);
           if (cast_ahead) stats->cast_ahead = std::move(ahead);  // holding the codes for the linear
         } else {
-          cuda_ops::add_forward(out, a->value, b->value);
+          cuda_ops::add_forward(out, a->value, b->value, bias);
         }
       },
-      [&]<typename F>() { cpu::add_forward<F>(out.data<F>(), cptr<F>(a->value), cptr<F>(b->value), out.numel()); });
+      [&]<typename F>() {
+        cpu::add_forward<F>(out.data<F>(), cptr<F>(a->value), cptr<F>(b->value), out.numel(),
+                            bias ? cptr<F>(*bias) : nullptr, bias ? bias->numel() : 0);
+      });
   Var y = make_output(std::move(out));
   if (needs_grad(a, b)) {
     y->requires_grad = true;
@@ -99,7 +110,7 @@ Var add(const Var& a, const Var& b, RowStats* stats) {
       y->grad_cell->residual_node = current_tape()->size() - 1;
     }
   }
-  watch_op("add", y, {&a, &b});
+  watch_op("add", y, {&a, &b, &b_bias});
   if (with_norm) {  // recorded right after the add, where layernorm(y, norm_w, norm_b) would be
     stats->normed = layernorm_output(y, norm_w, norm_b, std::move(normed), stats->mean, stats->rstd);
     stats->norm_w = std::move(norm_w);

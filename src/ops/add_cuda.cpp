@@ -15,17 +15,33 @@ using namespace ops_detail;
 using bf16 = __nv_bfloat16;
 namespace k = fp8t::kernels;
 
-void add_forward(Tensor& out, const Tensor& a, const Tensor& b) {
+namespace {
+
+// b_bias's data (null without one), checked against out's rows of C.
+const bf16* bias_of(const Tensor* b_bias, const Tensor& out, const char* op) {
+  if (!b_bias) return nullptr;
+  FP8T_CHECK(out.ndim() >= 1 && out.dim(-1) > 0, "{}: out {} has no rows for a bias", op, out.str());
+  expect(*b_bias, DType::bf16, op, "b_bias");
+  expect_numel(*b_bias, out.dim(-1), op, "b_bias");
+  return b_bias->data<bf16>();
+}
+
+}  // namespace
+
+void add_forward(Tensor& out, const Tensor& a, const Tensor& b, const Tensor* b_bias) {
   expect(a, DType::bf16, "add_forward", "a");
   expect(b, DType::bf16, "add_forward", "b");
   expect(out, DType::bf16, "add_forward", "out");
   expect_numel(b, a.numel(), "add_forward", "b");
   expect_numel(out, a.numel(), "add_forward", "out");
-  k::add_forward(out.data<bf16>(), a.data<bf16>(), b.data<bf16>(), a.numel(), k::compute_stream());
+  const bf16* bias = bias_of(b_bias, out, "add_forward");
+  k::add_forward(out.data<bf16>(), a.data<bf16>(), b.data<bf16>(), a.numel(), k::compute_stream(), bias,
+                 bias ? to_int(out.dim(-1), "add_forward", "C") : 0);
 }
 
 void add_forward_row_stats(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& a, const Tensor& b,
-                           Fp8LnCastAhead* ahead, Tensor* normed, const Tensor* norm_w, const Tensor* norm_b) {
+                           Fp8LnCastAhead* ahead, Tensor* normed, const Tensor* norm_w, const Tensor* norm_b,
+                           const Tensor* b_bias) {
   const char* op = "add_forward_row_stats";
   expect(a, DType::bf16, op, "a");
   expect(b, DType::bf16, op, "b");
@@ -39,6 +55,7 @@ void add_forward_row_stats(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor
   expect_numel(mean, N, op, "mean");
   expect_numel(rstd, N, op, "rstd");
   FP8T_CHECK(out.raw() != a.raw() && out.raw() != b.raw(), "{}: out must not alias a or b", op);
+  const bf16* bias = bias_of(b_bias, out, op);
   if (normed) {
     FP8T_CHECK(!ahead && norm_w && norm_b, "{}: the LayerNorm output needs its weight and bias and no cast ahead", op);
     expect(*normed, DType::bf16, op, "normed");
@@ -51,12 +68,12 @@ void add_forward_row_stats(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor
                "{}: normed must not alias out, a or b", op);
     k::add_layernorm_forward(out.data<bf16>(), normed->data<bf16>(), mean.data<float>(), rstd.data<float>(),
                              a.data<bf16>(), b.data<bf16>(), norm_w->data<bf16>(), norm_b->data<bf16>(), N,
-                             to_int(C, op, "C"), k::compute_stream());
+                             to_int(C, op, "C"), k::compute_stream(), bias);
     return;
   }
   if (!ahead) {
     k::add_layernorm_stats(out.data<bf16>(), mean.data<float>(), rstd.data<float>(), a.data<bf16>(), b.data<bf16>(),
-                           N, to_int(C, op, "C"), k::compute_stream());
+                           N, to_int(C, op, "C"), k::compute_stream(), bias);
     return;
   }
   FP8T_CHECK(ahead->st && ahead->ln_w && ahead->ln_b, "{}: a cast ahead without its linear or LayerNorm", op);
@@ -71,7 +88,7 @@ void add_forward_row_stats(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor
   k::add_layernorm_cast(out.data<bf16>(), mean.data<float>(), rstd.data<float>(), codes.data<uint8_t>(),
                         a.data<bf16>(), b.data<bf16>(), ln_w.data<bf16>(), ln_b.data<bf16>(), N, to_int(C, op, "C"),
                         st.formats.forward, &sx->scale, grad_enabled() ? detail::stats_into(sx) : k::Fp8CastOutputs{},
-                        k::compute_stream());
+                        k::compute_stream(), bias);
   ahead->codes = std::move(codes);
 }
 

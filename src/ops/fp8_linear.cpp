@@ -155,7 +155,8 @@ Tensor& host_f32_grad(const GradRef& gr, const char* what, const std::string& la
   return g;
 }
 
-Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, bool serve_input) {
+Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, bool serve_input,
+                   LinearBias bias_at) {
   const Tensor& xv = x->value;
   const int64_t IC = w->value.dim(1), OC = w->value.dim(0), M = xv.numel() / IC;
   const Tensor x2 = xv.view({M, IC});
@@ -179,7 +180,7 @@ Var fp8_linear_cpu(const Var& x, const Var& w, const Var& b, Fp8LinearState& st,
   }
   const float s = xq.tensor_scale_inv() * wq.tensor_scale_inv();
   float* o = out.data<float>();
-  const float* bias = b ? b->value.data<float>() : nullptr;
+  const float* bias = b && bias_at == LinearBias::in_gemm ? b->value.data<float>() : nullptr;
 #pragma omp parallel for schedule(static) if (M * OC > (1 << 16))
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < OC; ++n) o[m * OC + n] = o[m * OC + n] * s + (bias ? bias[n] : 0.0f);
@@ -268,29 +269,30 @@ void check_args(const Var& x, const Var& w, const Var& b, const Fp8LinearState& 
 }
 }  // namespace
 
-Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, bool serve_input) {
+Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, bool serve_input, LinearBias bias_at) {
   check_args(x, w, b, st);
   if (x->value.device().is_cuda()) {
 #ifdef FP8T_HAVE_CUDA
-    return detail::fp8_linear_cuda(x, w, b, st, {}, serve_input);
+    return detail::fp8_linear_cuda(x, w, b, st, {}, serve_input, bias_at);
 #endif
   }
-  return fp8_linear_cpu(x, w, b, st, serve_input);
+  return fp8_linear_cpu(x, w, b, st, serve_input, bias_at);
 }
 
-Var fp8_linear_gelu(Var pre, const Var& w, const Var& b, Fp8LinearState& st) {
+Var fp8_linear_gelu(Var pre, const Var& w, const Var& b, Fp8LinearState& st, LinearBias bias_at) {
   check_args(pre, w, b, st);
   const bool fp8_all = st.cfg.activation_storage == ActivationStorage::fp8_all;
 #ifdef FP8T_HAVE_CUDA
   if (pre->value.device().is_cuda() && st.cfg.activation_storage != ActivationStorage::bf16) {
     // This handle is the only one on pre and its storage: nothing reads pre once the op returns.
     const bool last_reader = pre.use_count() == 1 && pre->value.storage_use_count() == 1;
-    return detail::fp8_linear_cuda(pre, w, b, st, {.kind = kernels::Fp8CastInput::gelu, .last_reader = last_reader});
+    return detail::fp8_linear_cuda(pre, w, b, st, {.kind = kernels::Fp8CastInput::gelu, .last_reader = last_reader},
+                                   false, bias_at);
   }
 #endif
   // The CPU emulation, and bf16 storage (which keeps the linear's input, here gelu(pre), to re-cast it
   // in backward): the composition itself.
-  return fp8_linear(gelu(pre, fp8_all), w, b, st);
+  return fp8_linear(gelu(pre, fp8_all), w, b, st, false, bias_at);
 }
 
 Var fp8_linear_ln(const Var& x, const Var& ln_w, const Var& ln_b, const Var& w, const Var& b, Fp8LinearState& st,

@@ -15,10 +15,10 @@
 #include "fp8/quantize.h"
 #include "fp8/quantized_tensor.h"
 #include "fp8/scaling.h"
+#include "ops/ops.h"
 
 namespace fp8t {
 
-struct RowStats;  // ops/ops.h
 
 // Everything one FP8 linear keeps between calls. It must outlive every tape that recorded the op
 // (backward closures hold a pointer to it): the model owns one per FP8 linear.
@@ -88,7 +88,9 @@ struct Fp8LinearState {
 // later (value_of, autograd/tape.h) from this linear's saved codes, dequantized: one FP8 copy of x for
 // both readers. The block uses it for attention's output, which the projection's wgrad and attention's
 // backward (its delta = rowsum(dO * O)) both read. Without a tape, or with bf16 storage, it does nothing.
-Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, bool serve_input = false);
+// bias_at (ops.h, LinearBias): in_reader leaves b out of the output (the residual add after it adds it).
+Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, bool serve_input = false,
+               LinearBias bias_at = LinearBias::in_gemm);
 
 // fp8_linear(gelu(pre), w, b, st), bit for bit (the FP8 MLP's second linear with its GELU): on CUDA
 // the GELU runs inside the input's FP8 cast (kernels/fp8_cast.cuh, Fp8CastInput::gelu), so gelu(pre)
@@ -107,7 +109,7 @@ Var fp8_linear(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, boo
 // pre is taken by value: a caller that moves in its last handle (no other Var or view shares pre's
 // storage) leaves no reader of pre after the op, so on CUDA, where the cast reads pre's codes, the round
 // trip is not written over pre at all (2 bytes per element less; the block's MLP does this).
-Var fp8_linear_gelu(Var pre, const Var& w, const Var& b, Fp8LinearState& st);
+Var fp8_linear_gelu(Var pre, const Var& w, const Var& b, Fp8LinearState& st, LinearBias bias_at = LinearBias::in_gemm);
 
 // fp8_linear(layernorm(x, ln_w, ln_b), w, b, st), bit for bit (an FP8 qkv or fc with the LayerNorm
 // before it): on CUDA a statistics kernel writes LayerNorm's (mean, rstd) and the normalization runs

@@ -34,7 +34,7 @@ using bf16 = __nv_bfloat16;
 // ---------------------------------------------------------------- forward stage
 
 Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, const InputPrologue& input,
-                    bool serve_input) {
+                    bool serve_input, LinearBias bias_at) {
   const Tensor& wv = w->value;
   expect_cuda(x->value, DType::bf16, "x", st.name);
   // w: the bf16 compute copy, or the f32 master where the weight has no compute copy (nn/params.h).
@@ -163,8 +163,8 @@ Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st
   oshape.back() = OC;
   Tensor out = Tensor::empty(oshape, DType::bf16, xv.device(), MemCategory::activations);
   k::matmul_fp8_forward(out.data<bf16>(), operand(xq, false), operand(st.weight_fp8, false),
-                        b ? b->value.data<bf16>() : nullptr, static_cast<int>(M), static_cast<int>(IC),
-                        static_cast<int>(OC), stream, st.cfg.fast_accum_in("forward"));
+                        b && bias_at == LinearBias::in_gemm ? b->value.data<bf16>() : nullptr, static_cast<int>(M),
+                        static_cast<int>(IC), static_cast<int>(OC), stream, st.cfg.fast_accum_in("forward"));
   xq.codes = Tensor();  // back to the pool once the stream passes the GEMM; codes_t stays for wgrad
 
   Var y = make_var(std::move(out));

@@ -28,7 +28,7 @@ struct InputPrologue {
 // bf16 storage would keep the prologue's output to re-cast it in backward. Arguments checked by the caller.
 // serve_input: as fp8_linear's (src/ops/fp8_linear.h), for an as_is input.
 Var fp8_linear_cuda(const Var& x, const Var& w, const Var& b, Fp8LinearState& st, const InputPrologue& input = {},
-                    bool serve_input = false);
+                    bool serve_input = false, LinearBias bias_at = LinearBias::in_gemm);
 
 // The CUDA side of Fp8LinearState's sharded-master weight publishing (src/ops/fp8_linear.h): the amax of a
 // piece of the master into *amax, the weight's device scale from a reduced amax, a piece's cast into codes

@@ -7,7 +7,7 @@ namespace fp8t {
 
 using namespace ops_detail;
 
-Var linear(const Var& x, const Var& w, const Var& b) {
+Var linear(const Var& x, const Var& w, const Var& b, LinearBias bias_at) {
   const Tensor& xv = x->value;
   const Tensor& wv = w->value;
   FP8T_CHECK(xv.ndim() >= 1 && wv.ndim() == 2 && xv.dim(-1) == wv.dim(1),
@@ -23,14 +23,16 @@ Var linear(const Var& x, const Var& w, const Var& b) {
   Shape oshape = xv.shape();
   oshape.back() = OC;
   Tensor out = Tensor::empty(oshape, xv.dtype(), xv.device(), MemCategory::activations);
+  const Tensor* gemm_bias = b && bias_at == LinearBias::in_gemm ? &b->value : nullptr;
   dispatch(
       "linear", xv,
       [&] {
         Tensor out2 = out.view({M, OC});
-        cuda_ops::matmul_forward(out2, xv.view({M, IC}), wv, b ? &b->value : nullptr);
+        cuda_ops::matmul_forward(out2, xv.view({M, IC}), wv, gemm_bias);
       },
       [&]<typename F>() {
-        cpu::matmul_forward<F>(out.data<F>(), cptr<F>(xv), cptr<F>(wv), b ? cptr<F>(b->value) : nullptr, M, IC, OC);
+        cpu::matmul_forward<F>(out.data<F>(), cptr<F>(xv), cptr<F>(wv), gemm_bias ? cptr<F>(*gemm_bias) : nullptr, M,
+                               IC, OC);
       });
   Var y = make_output(std::move(out));
   if (needs_grad(x, w, b)) {
@@ -62,14 +64,14 @@ Var linear(const Var& x, const Var& w, const Var& b) {
   return y;
 }
 
-Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2) {
+Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2, LinearBias b2_at) {
   const Tensor& xv = x->value;
   const bool fusable = xv.device().is_cuda() && xv.dtype() == DType::bf16 && b1 && b2 && w1->value.ndim() == 2 &&
                        w2->value.ndim() == 2 && xv.ndim() >= 1 && xv.dim(-1) == w1->value.dim(1) &&
                        w2->value.dim(1) == w1->value.dim(0) && xv.dim(-1) % 8 == 0 && w1->value.dim(0) % 8 == 0 &&
                        w2->value.dim(0) % 8 == 0;
-  if (fusable) return on_cuda("gelu_mlp", [&] { return detail::gelu_mlp_cuda(x, w1, b1, w2, b2); });
-  return linear(gelu(linear(x, w1, b1)), w2, b2);
+  if (fusable) return on_cuda("gelu_mlp", [&] { return detail::gelu_mlp_cuda(x, w1, b1, w2, b2, b2_at); });
+  return linear(gelu(linear(x, w1, b1)), w2, b2, b2_at);
 }
 
 }  // namespace fp8t

@@ -100,7 +100,7 @@ namespace fp8t::detail {
 
 using namespace ops_detail;
 
-Var gelu_mlp_cuda(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2) {
+Var gelu_mlp_cuda(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2, LinearBias b2_at) {
   const Tensor& xv = x->value;
   for (const Var* p : {&w1, &b1, &w2, &b2}) {
     check_same_dtype("gelu_mlp", xv, (*p)->value);
@@ -116,7 +116,7 @@ Var gelu_mlp_cuda(const Var& x, const Var& w1, const Var& b1, const Var& w2, con
   Tensor out = Tensor::empty(oshape, DType::bf16, xv.device(), MemCategory::activations);
   cuda_ops::matmul_forward_gelu(h, pre, xv.view({M, IC}), w1->value, b1->value);
   Tensor out2 = out.view({M, OC});
-  cuda_ops::matmul_forward(out2, h, w2->value, &b2->value);
+  cuda_ops::matmul_forward(out2, h, w2->value, b2_at == LinearBias::in_gemm ? &b2->value : nullptr);
   Var y = make_output(std::move(out));
   if (needs_grad(x, w1, b1, w2, b2)) {
     y->requires_grad = true;

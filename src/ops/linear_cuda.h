@@ -5,6 +5,7 @@
 #pragma once
 #include "autograd/variable.h"
 #include "core/tensor.h"
+#include "ops/ops.h"
 
 namespace fp8t::cuda_ops {
 
@@ -23,6 +24,6 @@ void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weigh
 namespace fp8t::detail {
 
 // gelu_mlp (ops.h) on CUDA in BF16, the GELU in the GEMM epilogues; gelu_mlp checked that the shapes fit.
-Var gelu_mlp_cuda(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2);
+Var gelu_mlp_cuda(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2, LinearBias b2_at);
 
 }  // namespace fp8t::detail

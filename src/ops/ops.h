@@ -19,8 +19,13 @@ void set_gemm_autotune(Device device, bool on);
 // ---- Differentiable ops ----
 // tokens: i32 (B, T); wte (Vp, C); wpe (maxT, C)  ->  (B, T, C)
 Var embedding(const Tensor& tokens, const Var& wte, const Var& wpe);
-// x (..., IC); w (OC, IC); b (OC) or nullptr  ->  (..., OC) = x @ w^T + b
-Var linear(const Var& x, const Var& w, const Var& b);
+// Where a linear adds its bias b: in its GEMM (cuBLASLt's bias epilogue on CUDA), or not at all (in_reader), leaving it
+// to the op that reads the output, the residual add after proj and fc2 (add's b_bias): cuBLASLt's GEMMs ran 10-12%
+// faster without the epilogue (docs/perf-notes.md, thirty-eighth session). The linear takes b's gradient either way
+// (the column sums of its output gradient), so its output must have no other reader.
+enum class LinearBias { in_gemm, in_reader };
+// x (..., IC); w (OC, IC); b (OC) or nullptr  ->  (..., OC) = x @ w^T + b (x @ w^T with LinearBias::in_reader)
+Var linear(const Var& x, const Var& w, const Var& b, LinearBias bias_at = LinearBias::in_gemm);
 // x (..., C); w, b (C)  ->  (..., C); eps 1e-5
 Var layernorm(const Var& x, const Var& w, const Var& b);
 // tanh-approximate GELU, elementwise. store_fp8: the forward (recorded or not) runs on x's FP8 round trip, which
@@ -29,7 +34,8 @@ Var layernorm(const Var& x, const Var& w, const Var& b);
 Var gelu(const Var& x, bool store_fp8 = false);
 // linear(gelu(linear(x, w1, b1)), w2, b2). On CUDA in BF16 the GELU runs in the GEMM epilogues (forward:
 // GELU with the pre-activation kept; backward: d(GELU) on the second GEMM's input gradient).
-Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2);
+Var gelu_mlp(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2,
+             LinearBias b2_at = LinearBias::in_gemm);
 // LayerNorm's statistics of each row (last dimension) of a tensor: mean and rstd (eps 1e-5), f32, one per row,
 // as the LayerNorm ops compute them. Undefined tensors: not computed.
 struct Fp8LnCastAhead;  // ops/fp8_linear.h
@@ -52,7 +58,10 @@ struct RowStats {
 // undefined. With stats->cast_ahead set, the same pass also writes that linear's input codes where
 // fp8_ln_cast_ahead's conditions hold (CUDA; where the sum needs a gradient or none is recorded). With
 // stats->norm_w and norm_b set, it writes the LayerNorm's output instead (stats->normed).
-Var add(const Var& a, const Var& b, RowStats* stats = nullptr);
+// b_bias (optional, one value per column): the bias of the linear that wrote b and left it out (LinearBias::in_reader;
+// cuBLASLt's GEMMs run 10-12% faster without the bias epilogue): out = a + (b + b_bias), summed in f32 (bf16 on CUDA)
+// and rounded once. Its gradient is that linear's (the column sums of b's gradient), so none is taken here.
+Var add(const Var& a, const Var& b, RowStats* stats = nullptr, const Var& b_bias = nullptr);
 // layernorm(x, w, b), or the output the add that made x wrote (from_add->normed, taken from it) where it did.
 Var layernorm(const Var& x, const Var& w, const Var& b, RowStats* from_add);
 // qkv (B, T, 3C) laid out [q | k | v], heads contiguous in C  ->  causal attention output (B, T, C)

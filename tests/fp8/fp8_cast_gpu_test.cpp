@@ -357,7 +357,7 @@ TEST_CASE("fp8 cast: add_layernorm_cast equals add_layernorm_stats then the Laye
   // C = 100: the scalar path; 1600 and 2056: several chunks per lane; N = 333: a partial last block of 8 rows;
   // offset 1: a, b and out one element in (the scalar path against the reference's vector one). Row 1 of the
   // larger cases has an inf in a (its statistics and codes NaN), row 0 is constant (rstd = 1/sqrt(eps)). scale 64
-  // saturates E4M3.
+  // saturates E4M3. The cases of odd N add a bias to b (the linear's that left it to the add) in both.
   struct Case { int64_t N, C, offset; };
   for (auto [N, C, offset] : {Case{1, 32, 0}, Case{77, 100, 0}, Case{333, 1600, 0}, Case{40, 2056, 0},
                               Case{65, 768, 1}}) {
@@ -369,16 +369,18 @@ TEST_CASE("fp8 cast: add_layernorm_cast equals add_layernorm_stats then the Laye
     const auto lw = round_bf16(randn(static_cast<size_t>(C), 2.0f)), lb = round_bf16(randn(static_cast<size_t>(C), 0.5f));
     const Tensor ta = upload(a, {n + offset}, DType::bf16), tb = upload(b, {n + offset}, DType::bf16);
     const Tensor tw = upload(lw, {C}, DType::bf16), tlb = upload(lb, {C}, DType::bf16);
+    const Tensor tc = upload(round_bf16(randn(static_cast<size_t>(C), 0.5f)), {C}, DType::bf16);
     const auto* pa = ta.data<__nv_bfloat16>() + offset;
     const auto* pb = tb.data<__nv_bfloat16>() + offset;
+    const auto* pc = N % 2 == 1 ? tc.data<__nv_bfloat16>() : nullptr;
     Tensor ref_out = poisoned({N, C}, DType::bf16), ref_mean = poisoned({N}, DType::f32);
     Tensor ref_rstd = poisoned({N}, DType::f32);
     kernels::add_layernorm_stats(ref_out.data<__nv_bfloat16>(), ref_mean.data<float>(), ref_rstd.data<float>(), pa, pb,
-                                 N, static_cast<int>(C), kernels::compute_stream());
+                                 N, static_cast<int>(C), kernels::compute_stream(), pc);
     const kernels::Fp8CastOperands ops{ref_mean.data<float>(), ref_rstd.data<float>(), tw.data<__nv_bfloat16>(),
                                         tlb.data<__nv_bfloat16>()};
     for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
-      INFO("N " << N << " C " << C << " offset " << offset << " " << name(f));
+      INFO("N " << N << " C " << C << " offset " << offset << " " << name(f) << " bias " << (pc != nullptr));
       const Tensor d_scale = device_floats({64.0f});
       Tensor ref_codes = poisoned({N, C}, fp8_dtype(f)), ref_stats = Tensor::zeros({4}, DType::f32, kGpu);
       kernels::fp8_cast(ref_out.raw(), DType::bf16, N, C, ref_codes.data<uint8_t>(), nullptr, f, d_scale.data<float>(),
@@ -392,7 +394,7 @@ TEST_CASE("fp8 cast: add_layernorm_cast equals add_layernorm_stats then the Laye
                                   codes.data<uint8_t>() + offset, pa, pb, tw.data<__nv_bfloat16>(),
                                   tlb.data<__nv_bfloat16>(), N, static_cast<int>(C), f, d_scale.data<float>(),
                                   {stats.data<float>(), reinterpret_cast<unsigned long long*>(stats.data<float>() + 2)},
-                                  kernels::compute_stream());
+                                  kernels::compute_stream(), pc);
       const auto got_out = download(out), want_out = download(ref_out);
       CHECK(std::memcmp(got_out.data() + offset, want_out.data(), n * sizeof(float)) == 0);
       const auto got_mean = download(mean), got_rstd = download(rstd);

@@ -32,10 +32,11 @@ struct LinearResult {
 };
 
 // Two optimizer steps of forward + backward (the first fills the amax history, so the second runs
-// with real delayed scales); returns the second step's outputs and gradients.
+// with real delayed scales); returns the second step's outputs and gradients. bias_at: LinearBias::in_reader leaves b
+// out of y (its gradient is still taken).
 LinearResult run_fp8_linear(Fp8LinearState& st, Device dev, const std::vector<float>& x, const std::vector<float>& w,
                             const std::vector<float>& b, const std::vector<float>& dy, int64_t M, int64_t IC,
-                            int64_t OC) {
+                            int64_t OC, LinearBias bias_at = LinearBias::in_gemm) {
   const DType dt = dev.is_cuda() ? DType::bf16 : DType::f32;
   auto put = [&](const std::vector<float>& v, Shape shape, DType d) {
     return dev.is_cuda() ? upload(v, shape, d) : Tensor::from_vector(v, shape);
@@ -50,8 +51,8 @@ LinearResult run_fp8_linear(Fp8LinearState& st, Device dev, const std::vector<fl
     Var y;
     {
       TapeScope scope(&tape);
-      y = fp8_linear(xv, wv, bv, st);
-      y = fp8_linear(xv, wv, bv, st);  // a second micro-batch: the cached weight is reused
+      y = fp8_linear(xv, wv, bv, st, false, bias_at);
+      y = fp8_linear(xv, wv, bv, st, false, bias_at);  // a second micro-batch: the cached weight is reused
     }
     grad_of(y).copy_from(put(dy, {M / 8, 8, OC}, dt));
     {
@@ -68,21 +69,24 @@ LinearResult run_fp8_linear(Fp8LinearState& st, Device dev, const std::vector<fl
 
 }  // namespace
 
-TEST_CASE("fp8 linear: CUDA matches the CPU emulation - delayed and current scaling - fp8 and bf16 storage",
+TEST_CASE("fp8 linear: CUDA matches the CPU emulation - delayed and current scaling - fp8 and bf16 storage - "
+          "the bias in the GEMM or left to the reader",
           "[gpu][fp8]") {
   const int64_t M = 512, IC = 256, OC = 768;
   const auto x = round_bf16(randn(M * IC, 1.5f)), w = round_bf16(randn(OC * IC, 0.03f));
   const auto b = round_bf16(randn(OC, 0.1f)), dy = round_bf16(randn(M * OC, 2e-4f));
   for (Fp8Scaling scaling : {Fp8Scaling::delayed, Fp8Scaling::current}) {
     for (ActivationStorage storage : {ActivationStorage::fp8, ActivationStorage::bf16}) {
+      const LinearBias at = storage == ActivationStorage::fp8 ? LinearBias::in_reader : LinearBias::in_gemm;
       Fp8Config cfg;
       cfg.scaling = scaling;
       cfg.activation_storage = storage;
       Fp8LinearState cpu("cpu", cfg), gpu("gpu", cfg);
-      const LinearResult rc = run_fp8_linear(cpu, Device::cpu(), x, w, b, dy, M, IC, OC);
-      const LinearResult rg = run_fp8_linear(gpu, kGpu, x, w, b, dy, M, IC, OC);
+      const LinearResult rc = run_fp8_linear(cpu, Device::cpu(), x, w, b, dy, M, IC, OC, at);
+      const LinearResult rg = run_fp8_linear(gpu, kGpu, x, w, b, dy, M, IC, OC, at);
       INFO("current scaling " << (scaling == Fp8Scaling::current) << " fp8 storage "
-                              << (storage == ActivationStorage::fp8));
+                              << (storage == ActivationStorage::fp8) << " bias in reader "
+                              << (at == LinearBias::in_reader));
       CHECK(rel_err(rg.y, rc.y) < 1e-2);
       CHECK(rel_err(rg.dx, rc.dx) < 1e-2);
       CHECK(rel_err(rg.dw, rc.dw) < 1e-3);

@@ -1,6 +1,6 @@
 // FP8 linear on the CPU emulation: exact against a direct computation from the FP8 codes, within
 // FP8's error of the FP32 linear, weight cache per optimizer step, FP8 activation storage, the fused
-// GELU and LayerNorm ops against their compositions, and the argument checks.
+// GELU and LayerNorm ops against their compositions, the bias left to the residual add, and the argument checks.
 #include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -284,6 +284,41 @@ TEST_CASE("fp8: fp8_linear_gelu equals gelu then fp8_linear bit for bit", "[fp8]
         plain.on_optimizer_step();
       }
       CHECK(fused.input.scale != 1.0f);  // the scales did move: delayed scaling used its history
+    }
+  }
+}
+
+TEST_CASE("fp8: a bias left to the residual add gives the GEMM's bias bits and gradients", "[fp8]") {
+  // The block's proj and fc2 (LinearBias::in_reader): the emulation's (acc * s) + b, then r + that, is the add's
+  // r + ((acc * s) + b), the same float operations; b's gradient is still the linear's.
+  const int64_t B = 2, T = 16, IC = 64, OC = 32;
+  for (const ActivationStorage storage : {ActivationStorage::fp8, ActivationStorage::fp8_all}) {
+    CAPTURE(static_cast<int>(storage));
+    Fp8LinearState in_reader("in_reader", fp8_cfg(Fp8Scaling::delayed, storage)),
+        in_gemm("in_gemm", fp8_cfg(Fp8Scaling::delayed, storage));
+    std::mt19937 rng(12);
+    for (int step = 0; step < 2; ++step) {
+      const Tensor x = randn(rng, {B, T, IC}, 1.0f), w = randn(rng, {OC, IC}, 0.1f), b = randn(rng, {OC}, 0.1f);
+      const Tensor r = randn(rng, {B, T, OC}, 1.0f), dy = randn(rng, {B, T, OC}, 1e-3f);
+      auto run = [&](Fp8LinearState& st, LinearBias at) {
+        Var xv = make_var(x, true), wv = make_var(w, true), bv = make_var(b, true), rv = make_var(r, true);
+        const Var y = forward_backward(
+            [&] {
+              const Var h = fp8_linear(xv, wv, bv, st, false, at);
+              return at == LinearBias::in_reader ? add(rv, h, nullptr, bv) : add(rv, h);
+            },
+            dy);
+        return LinearRun{y->value.to_float_vector(), grad_of(xv).to_float_vector(), grad_of(wv).to_float_vector(),
+                         grad_of(bv).to_float_vector()};
+      };
+      const LinearRun a = run(in_reader, LinearBias::in_reader), g = run(in_gemm, LinearBias::in_gemm);
+      CHECK(a.y == g.y);
+      CHECK(a.dx == g.dx);
+      CHECK(a.dw == g.dw);
+      CHECK(a.db == g.db);
+      check_same_statistics(in_reader, in_gemm);
+      in_reader.on_optimizer_step();
+      in_gemm.on_optimizer_step();
     }
   }
 }

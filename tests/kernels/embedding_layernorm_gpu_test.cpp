@@ -145,6 +145,53 @@ TEST_CASE("add with the LayerNorm output equals add then layernorm_forward bit f
   CHECK_THROWS(cuda_ops::add_forward_row_stats(out, mean, rstd, a, b, nullptr, &a, &w, &w));
 }
 
+TEST_CASE("add with b's bias - plain, with statistics, with the LayerNorm output - a + (b + bias) bit for bit",
+          "[gpu][layernorm]") {
+  // The residual add after proj and fc2, whose linears leave their biases to it: out = bf16(a + (b + bias[c])) summed
+  // in f32, from the host's own arithmetic, in all three add passes; the statistics and the LayerNorm output are those
+  // of that sum (the passes without a bias, checked above, over the host's sum). C = 100: the scalar paths (the plain
+  // add's too); 32 and 1600: the register path's 4 and 8 chunks; 2056: the re-reading path; 768 with offset 1: the
+  // scalar path of the row passes against a 16-byte-aligned bias.
+  for (auto [N, C, offset] : {std::tuple<int64_t, int64_t, int64_t>{3, 32, 0}, {77, 100, 0}, {333, 1600, 0},
+                              {40, 2056, 0}, {65, 768, 1}}) {
+    INFO("N " << N << " C " << C << " offset " << offset);
+    const auto a = round_bf16(randn(N * C + offset, 2.0f)), b = round_bf16(randn(N * C + offset, 1.0f));
+    const auto c = round_bf16(randn(C, 0.5f)), w = round_bf16(randn(C, 1.0f)), lb = round_bf16(randn(C, 1.0f));
+    const Tensor ta = upload(a, {N * C + offset}, DType::bf16).slice_flat(offset, {N, C});
+    const Tensor tb = upload(b, {N * C + offset}, DType::bf16).slice_flat(offset, {N, C});
+    const Tensor tc = upload(c, {C}, DType::bf16), tw = upload(w, {C}, DType::bf16), tlb = upload(lb, {C}, DType::bf16);
+    std::vector<float> sum(N * C);
+    for (int64_t i = 0; i < N * C; ++i) sum[i] = bf16_to_float(float_to_bf16(a[offset + i] + (b[offset + i] + c[i % C])));
+    const Tensor sum_ref = upload(sum, {N, C}, DType::bf16);
+    Tensor normed_ref = poisoned({N, C}, DType::bf16), mean_ref = poisoned({N}, DType::f32);
+    Tensor rstd_ref = poisoned({N}, DType::f32);
+    cuda_ops::layernorm_forward(normed_ref, mean_ref, rstd_ref, sum_ref, tw, tlb);
+
+    Tensor plain = poisoned({N, C}, DType::bf16);
+    if (offset == 0) {  // the plain add needs 16-byte-aligned operands
+      cuda_ops::add_forward(plain, ta, tb, &tc);
+      CHECK(download(plain) == sum);
+    }
+    Tensor out = poisoned({N, C}, DType::bf16), mean = poisoned({N}, DType::f32), rstd = poisoned({N}, DType::f32);
+    cuda_ops::add_forward_row_stats(out, mean, rstd, ta, tb, nullptr, nullptr, nullptr, nullptr, &tc);
+    CHECK(download(out) == sum);
+    CHECK(download(mean) == download(mean_ref));
+    CHECK(download(rstd) == download(rstd_ref));
+    Tensor out2 = poisoned({N, C}, DType::bf16), normed = poisoned({N, C}, DType::bf16);
+    Tensor mean2 = poisoned({N}, DType::f32), rstd2 = poisoned({N}, DType::f32);
+    cuda_ops::add_forward_row_stats(out2, mean2, rstd2, ta, tb, nullptr, &normed, &tw, &tlb, &tc);
+    CHECK(download(out2) == sum);
+    CHECK(download(normed) == download(normed_ref));
+    CHECK(download(mean2) == download(mean_ref));
+  }
+  // The bias must have one value per column.
+  Tensor a = upload(randn(64), {2, 32}, DType::bf16), b = upload(randn(64), {2, 32}, DType::bf16);
+  Tensor out = poisoned({2, 32}, DType::bf16), c = upload(randn(16), {16}, DType::bf16);
+  Tensor mean = poisoned({2}, DType::f32), rstd = poisoned({2}, DType::f32);
+  CHECK_THROWS(cuda_ops::add_forward(out, a, b, &c));
+  CHECK_THROWS(cuda_ops::add_forward_row_stats(out, mean, rstd, a, b, nullptr, nullptr, nullptr, nullptr, &c));
+}
+
 namespace {
 // z = sum + layernorm(sum, w, lb) with sum = a + b, the LayerNorm's output written by the add (fused) or by the
 // layernorm op; returns [z, d a, d b, d w, d lb] for the seed dz.

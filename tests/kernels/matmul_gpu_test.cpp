@@ -139,8 +139,8 @@ struct MlpData {
 };
 
 // y = gelu_mlp(x, ...) and its gradients [y, dx, dw1, db1, dw2, db2] on `dev` in `dt` (parameter
-// gradients in f32, as the trainer binds them).
-std::vector<std::vector<float>> run_gelu_mlp(const MlpData& d, Device dev, DType dt) {
+// gradients in f32, as the trainer binds them); with LinearBias::in_reader y leaves out b2 (db2 is still computed).
+std::vector<std::vector<float>> run_gelu_mlp(const MlpData& d, Device dev, DType dt, LinearBias b2_at) {
   const bool gpu = dev.is_cuda();
   auto put = [&](const std::vector<float>& v, Shape s) { return gpu ? upload(v, s, dt) : Tensor::from_vector(v, s); };
   std::vector<Var> vars = {make_var(put(d.x, {d.M, d.IC}), true), make_var(put(d.w1, {d.H, d.IC}), true),
@@ -153,7 +153,7 @@ std::vector<std::vector<float>> run_gelu_mlp(const MlpData& d, Device dev, DType
   Var y;
   {
     TapeScope scope(&tape);
-    y = gelu_mlp(vars[0], vars[1], vars[2], vars[3], vars[4]);
+    y = gelu_mlp(vars[0], vars[1], vars[2], vars[3], vars[4], b2_at);
   }
   grad_of(y).copy_from(put(d.dy, {d.M, d.OC}));
   {
@@ -179,13 +179,16 @@ TEST_CASE("gelu_mlp on the GPU - fused GELU epilogues - matches the CPU composit
     d.w2 = round_bf16(randn(d.OC * d.H, 0.05f));
     d.b2 = round_bf16(randn(d.OC, 0.5f));
     d.dy = round_bf16(randn(d.M * d.OC));
-    const auto gpu = run_gelu_mlp(d, kGpu, DType::bf16);
-    const auto ref = run_gelu_mlp(d, Device::cpu(), DType::f32);
-    INFO("M=" << d.M << " IC=" << d.IC << " H=" << d.H << " OC=" << d.OC);
-    const char* names[] = {"y", "dx", "dw1", "db1", "dw2", "db2"};
-    for (size_t i = 0; i < gpu.size(); ++i) {
-      INFO(names[i]);
-      CHECK(rel_err(gpu[i], ref[i]) < 2e-2);
+    for (const LinearBias at : {LinearBias::in_gemm, LinearBias::in_reader}) {
+      const auto gpu = run_gelu_mlp(d, kGpu, DType::bf16, at);
+      const auto ref = run_gelu_mlp(d, Device::cpu(), DType::f32, at);
+      INFO("M=" << d.M << " IC=" << d.IC << " H=" << d.H << " OC=" << d.OC << " b2 in reader "
+                << (at == LinearBias::in_reader));
+      const char* names[] = {"y", "dx", "dw1", "db1", "dw2", "db2"};
+      for (size_t i = 0; i < gpu.size(); ++i) {
+        INFO(names[i]);
+        CHECK(rel_err(gpu[i], ref[i]) < 2e-2);
+      }
     }
   }
 }

@@ -96,6 +96,52 @@ TEST_CASE("ops: add gradients match finite differences", "[ops]") {
   check_f32_matches_f64({in[0]->value, in[1]->value}, f);
 }
 
+TEST_CASE("ops: a linear that leaves its bias to the residual add - values and gradients as with it in the GEMM",
+          "[ops]") {
+  std::mt19937 rng(51);
+  std::vector<Var> in{leaf(random_tensor(rng, {B, T, OC})), leaf(random_tensor(rng, {B, T, C})),
+                      leaf(random_tensor(rng, {OC, C})), leaf(random_tensor(rng, {OC}))};
+  // r + (x @ w^T + b) with b added by the add: its gradient is still the linear's.
+  const OpFn in_reader = [](const std::vector<Var>& v) {
+    return add(v[0], linear(v[1], v[2], v[3], LinearBias::in_reader), nullptr, v[3]);
+  };
+  const OpFn in_gemm = [](const std::vector<Var>& v) { return add(v[0], linear(v[1], v[2], v[3])); };
+  gradcheck(in, in_reader);
+  check_f32_matches_f64({in[0]->value, in[1]->value, in[2]->value, in[3]->value}, in_reader);
+  // The same values as the bias in the GEMM (the sum's order differs: within f64 rounding).
+  NoGradScope no_grad;
+  const Tensor y1 = in_reader(in)->value, y2 = in_gemm(in)->value;
+  CHECK(rel_err(y1, y2) < 1e-14);
+  // Without its bias the linear's output is x @ w^T alone.
+  const Tensor y3 = linear(in[1], in[2], in[3], LinearBias::in_reader)->value, y4 = linear(in[1], in[2], nullptr)->value;
+  CHECK(rel_err(y3, y4) == 0.0);
+}
+
+TEST_CASE("ops: add with b's bias sums a + (b + bias) per row and takes no gradient for the bias", "[ops]") {
+  std::mt19937 rng(52);
+  const Var a = leaf(random_tensor(rng, {B, T, C}, DType::f32)), b = leaf(random_tensor(rng, {B, T, C}, DType::f32));
+  const Var bias = leaf(random_tensor(rng, {C}, DType::f32));
+  Tape tape;
+  Var y;
+  {
+    TapeScope scope(&tape);
+    y = add(a, b, nullptr, bias);
+  }
+  const float *pa = a->value.data<float>(), *pb = b->value.data<float>(), *pc = bias->value.data<float>();
+  for (int64_t i = 0; i < y->value.numel(); ++i)
+    REQUIRE(y->value.data<float>()[i] == pa[i] + (pb[i] + pc[i % C]));
+  grad_of(y).copy_from(random_tensor(rng, y->value.shape(), DType::f32));
+  {
+    TapeScope none(nullptr);
+    tape.run_backward();
+  }
+  CHECK(rel_err(a->grad, y->grad) == 0.0);
+  CHECK(rel_err(b->grad, y->grad) == 0.0);
+  CHECK_FALSE(bias->grad.defined());
+  CHECK_THROWS_WITH(add(a, b, nullptr, leaf(random_tensor(rng, {C + 1}, DType::f32))),
+                    Catch::Matchers::ContainsSubstring("one value per column"));
+}
+
 TEST_CASE("ops: add's row statistics are a CUDA pass; on the CPU they stay undefined and the sum is unchanged",
           "[ops]") {
   // add(a, b, &stats) computes the sum's LayerNorm statistics only where a CUDA kernel writes them with the sum
