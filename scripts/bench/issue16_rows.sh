@@ -2,9 +2,9 @@
 # Issue 16's four rows (tokens/s against llm.c's bars) for one or more builds, each row interleaved across the builds
 # in ab_builds.sh rounds: GPT-2 124M B=32 FP8 (CUDA graph, FP8 lm_head), 124M B=32 BF16 mode (CUDA graph), 1.5B B=16
 # FP8 (CUDA graph, FP8 lm_head: the 124M FP8 row's options since 2026-12-05) and 1.5B B=16 BF16 mode (no graph); FP8
-# rows with activation_storage fp8 (memory_wall.sh's fp8 row) and fast accumulation in dgrad (precision.fp8.fast_accum,
-# the default since 2026-12-06; passed so that binaries from before that default run it too; a binary older than the
-# option fails these FP8 rows). Prints each row's
+# rows with activation_storage fp8 (memory_wall.sh's fp8 row) and fast accumulation in dgrad and wgrad
+# (precision.fp8.fast_accum, the default since 2026-12-06; passed so that binaries from before that default run it too;
+# a binary older than the option fails these FP8 rows). Prints each row's
 # ab_builds.sh table, then every build's tokens/s against the bar.
 # Usage: scripts/bench/issue16_rows.sh LABEL=BIN [LABEL=BIN ...]   e.g. main=build-gpu/fp8train
 # Env: OUT (default gpu-out), ROUNDS (default 1), STEPS_124M (30), STEPS_1_5B (15; BF16 mode takes 12),
@@ -20,8 +20,8 @@ ROWS=${ROWS:-"124m_fp8 124m_bf16 15b_fp8 15b_bf16"}
 declare -A BAR=([124m_fp8]=696000 [124m_bf16]=557000 [15b_fp8]=75000 [15b_bf16]=52600)
 GRAPH='--set train.cuda_graph=true'
 FP8_HEAD='--set "precision.fp8.layers=[qkv,proj,fc,fc2,lm_head]"'
-# Fast accumulation in the FP8 dgrad GEMMs (the default since 2026-12-06, docs/perf-notes.md, thirty-eighth session).
-FAST_DGRAD='--set "precision.fp8.fast_accum=[forward,dgrad]"'
+# Fast accumulation in the FP8 GEMMs (the default since 2026-12-06, docs/perf-notes.md, thirty-eighth session).
+FAST_ACCUM='--set "precision.fp8.fast_accum=[forward,dgrad,wgrad]"'
 
 # LABEL=BIN with extra arguments: a wrapper under OUT that execs BIN with them appended.
 wrap() {
@@ -43,9 +43,9 @@ fi
 summary=$OUT/issue16/summary.tsv; : > "$summary"
 for row in $ROWS; do
   case "$row" in
-    124m_fp8) args=(d12 32 "$S124" "$ROUNDS" fp8); extra="$GRAPH $FP8_HEAD $FAST_DGRAD" ;;
+    124m_fp8) args=(d12 32 "$S124" "$ROUNDS" fp8); extra="$GRAPH $FP8_HEAD $FAST_ACCUM" ;;
     124m_bf16) args=(d12 32 "$S124" "$ROUNDS" bf16); extra="$GRAPH" ;;
-    15b_fp8) args=(d48 16 "$S15" "$ROUNDS" fp8); extra="$GRAPH $FP8_HEAD $FAST_DGRAD" ;;
+    15b_fp8) args=(d48 16 "$S15" "$ROUNDS" fp8); extra="$GRAPH $FP8_HEAD $FAST_ACCUM" ;;
     15b_bf16) args=(d48 16 $((S15 > 12 ? 12 : S15)) "$ROUNDS" bf16); extra="" ;;
     *) echo "issue16_rows: unknown row $row (124m_fp8 124m_bf16 15b_fp8 15b_bf16)"; exit 2 ;;
   esac

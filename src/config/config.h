@@ -132,10 +132,11 @@ struct Fp8Config {
   bool reduce_amax = true;          // all-reduce (max) amax over data-parallel ranks
   int monitor_every = 100;          // FP8-vs-master weight error in metrics every N steps; 0 = never
   // The FP8 GEMMs that use cuBLASLt's fast accumulation (the tensor cores' partial sums not promoted to f32 along
-  // K): a subset of forward, dgrad, wgrad. The default adds dgrad to Transformer Engine's choice (forward only):
-  // 2.6-3.0% off the 1.5B FP8 step, and the 124M convergence run within 0.2% of forward only (docs/perf-notes.md,
-  // thirty-seventh and thirty-eighth sessions). CUDA only: the CPU path sums in f32 either way.
-  std::vector<std::string> fast_accum = {"forward", "dgrad"};
+  // K): a subset of forward, dgrad, wgrad. The default is all three, where Transformer Engine keeps forward only: dgrad
+  // took 2.6-3.0% off the 1.5B FP8 step and wgrad another 0.8-1.7%, and the 124M convergence run (wgrad's K 32,768
+  // tokens) ended within 0.2% of forward only (docs/perf-notes.md, thirty-seventh and thirty-eighth sessions). CUDA
+  // only: the CPU path sums in f32 either way.
+  std::vector<std::string> fast_accum = {"forward", "dgrad", "wgrad"};
   bool fast_accum_in(std::string_view gemm) const {
     return std::find(fast_accum.begin(), fast_accum.end(), gemm) != fast_accum.end();
   }

@@ -94,7 +94,7 @@ TEST_CASE("config: empty text gives the header's defaults", "[config]") {
   CHECK(c.optim.beta2 == 0.95);
   CHECK(c.precision.compute == fp8t::ComputeMode::fp32);
   CHECK(c.precision.fp8.layers == std::vector<std::string>{"qkv", "proj", "fc", "fc2"});
-  CHECK(c.precision.fp8.fast_accum == std::vector<std::string>{"forward", "dgrad"});
+  CHECK(c.precision.fp8.fast_accum == std::vector<std::string>{"forward", "dgrad", "wgrad"});
   CHECK(parse_config("precision:\n  fp8:\n    fast_accum: []\n", "x").precision.fp8.fast_accum.empty());
   CHECK(c.distributed.zero_stage == 0);
   // A comment-only file and empty sections keep the defaults too.
