@@ -19,7 +19,6 @@
 
 namespace fp8t {
 
-
 // Everything one FP8 linear keeps between calls. It must outlive every tape that recorded the op
 // (backward closures hold a pointer to it): the model owns one per FP8 linear.
 struct Fp8LinearState {

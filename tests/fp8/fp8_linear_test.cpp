@@ -51,6 +51,14 @@ struct LinearRun {
   std::vector<float> y, dx, dw, db;
 };
 
+// The output and every gradient, bit for bit.
+void check_same_bits(const LinearRun& a, const LinearRun& b) {
+  CHECK(a.y == b.y);
+  CHECK(a.dx == b.dx);
+  CHECK(a.dw == b.dw);
+  CHECK(a.db == b.db);
+}
+
 // forward() recorded on a tape, then its backward from the upstream gradient dy; returns the output.
 template <typename Forward>
 Var forward_backward(Forward&& forward, const Tensor& dy) {
@@ -275,10 +283,7 @@ TEST_CASE("fp8: fp8_linear_gelu equals gelu then fp8_linear bit for bit", "[fp8]
                            grad_of(bv).to_float_vector()};
         };
         const LinearRun f = run(fused, true), u = run(plain, false);
-        CHECK(f.y == u.y);
-        CHECK(f.dx == u.dx);
-        CHECK(f.dw == u.dw);
-        CHECK(f.db == u.db);
+        check_same_bits(f, u);
         check_same_statistics(fused, plain);
         fused.on_optimizer_step();
         plain.on_optimizer_step();
@@ -289,8 +294,7 @@ TEST_CASE("fp8: fp8_linear_gelu equals gelu then fp8_linear bit for bit", "[fp8]
 }
 
 TEST_CASE("fp8: a bias left to the residual add gives the GEMM's bias bits and gradients", "[fp8]") {
-  // The block's proj and fc2 (LinearBias::in_reader): the emulation's (acc * s) + b, then r + that, is the add's
-  // r + ((acc * s) + b), the same float operations; b's gradient is still the linear's.
+  // proj and fc2 (LinearBias::in_reader): r + ((acc * s) + b) either way, the same float operations; db the linear's.
   const int64_t B = 2, T = 16, IC = 64, OC = 32;
   for (const ActivationStorage storage : {ActivationStorage::fp8, ActivationStorage::fp8_all}) {
     CAPTURE(static_cast<int>(storage));
@@ -312,10 +316,7 @@ TEST_CASE("fp8: a bias left to the residual add gives the GEMM's bias bits and g
                          grad_of(bv).to_float_vector()};
       };
       const LinearRun a = run(in_reader, LinearBias::in_reader), g = run(in_gemm, LinearBias::in_gemm);
-      CHECK(a.y == g.y);
-      CHECK(a.dx == g.dx);
-      CHECK(a.dw == g.dw);
-      CHECK(a.db == g.db);
+      check_same_bits(a, g);
       check_same_statistics(in_reader, in_gemm);
       in_reader.on_optimizer_step();
       in_gemm.on_optimizer_step();

@@ -161,7 +161,8 @@ TEST_CASE("add with b's bias - plain, with statistics, with the LayerNorm output
     const Tensor tb = upload(b, {N * C + offset}, DType::bf16).slice_flat(offset, {N, C});
     const Tensor tc = upload(c, {C}, DType::bf16), tw = upload(w, {C}, DType::bf16), tlb = upload(lb, {C}, DType::bf16);
     std::vector<float> sum(N * C);
-    for (int64_t i = 0; i < N * C; ++i) sum[i] = bf16_to_float(float_to_bf16(a[offset + i] + (b[offset + i] + c[i % C])));
+    for (int64_t i = 0; i < N * C; ++i)
+      sum[i] = bf16_to_float(float_to_bf16(a[offset + i] + (b[offset + i] + c[i % C])));
     const Tensor sum_ref = upload(sum, {N, C}, DType::bf16);
     Tensor normed_ref = poisoned({N, C}, DType::bf16), mean_ref = poisoned({N}, DType::f32);
     Tensor rstd_ref = poisoned({N}, DType::f32);
