@@ -110,7 +110,8 @@ Var add(const Var& a, const Var& b, RowStats* stats, const Var& b_bias) {
       y->grad_cell->residual_node = current_tape()->size() - 1;
     }
   }
-  watch_op("add", y, {&a, &b, &b_bias});
+  // Not b_bias: the add takes no gradient for it (its linear's node does), and the watch checks the weights itself.
+  watch_op("add", y, {&a, &b});
   if (with_norm) {  // recorded right after the add, where layernorm(y, norm_w, norm_b) would be
     stats->normed = layernorm_output(y, norm_w, norm_b, std::move(normed), stats->mean, stats->rstd);
     stats->norm_w = std::move(norm_w);
