@@ -6,8 +6,8 @@
 # RUNS picks the runs (default "bf16 bf16-seed2 fp8 fp8-lean extra"; SKIP_SEED2=1 drops bf16-seed2), e.g.
 # RUNS="fp8-lean extra" for an A/B of one option within one device call; the plot and table cover those runs.
 # EXTRA_SET="KEY=VALUE ..." adds one more run, the lean FP8 one with those options too, named SIZE-$EXTRA_NAME
-# (default fp8-extra): e.g. EXTRA_SET="precision.fp8.fast_accum=[forward,dgrad]" EXTRA_NAME=fp8-fast-dgrad, the
-# check that fast accumulation in the dgrad GEMMs needs before it becomes the FP8 configs' default.
+# (default fp8-extra): e.g. EXTRA_SET="precision.fp8.fast_accum=[forward]" EXTRA_NAME=fp8-te-accum, the lean run with
+# Transformer Engine's accumulation (the FP8 configs' default is fast accumulation in every FP8 GEMM since 2026-12-06).
 # The step count covers EPOCHS passes over the train shards at TOTAL_BATCH_TOKENS per step, counted
 # from the shard headers (or TRAIN_TOKENS=N, for a dry run without the data). DRY_RUN=1 prints the
 # arithmetic and the commands instead of running them.
