@@ -167,20 +167,22 @@ __device__ __forceinline__ void store_row8(float* p, const float (&v)[8]) {
 // 256 kChunks). Block: 8 warps; row group g (rows 8 g .. 8 g + 7, one per warp) for g = blockIdx.x, + gridDim.x,
 // ...; every warp runs every group (a row past N adds zeros), so the block's barriers line up. Per 256-column
 // chunk, each warp's dw, db terms go through shared memory and thread t adds column 256 k + t over the 8 rows
-// into registers; one atomic per column per block at the end. kCodes: dinp's new bf16 values are also encoded as
+// into registers; one atomic per column per block at the end. kOut codes: dinp's new bf16 values are also encoded as
 // dy's E5M2 codes (LayerNormDyCodes; convert8, the cast's bit for bit): a lane's 8 codes of its row go to dy.codes in
 // one 8-byte store (the launcher transposes them for dy.codes_t); their column sums ride with dw's and db's, the
-// statistics are flushed once per block.
-template <int kChunks, bool kCodes>
-__global__ void __launch_bounds__(32 * kRowsPerBlock, kCodes ? 3 : 0)
+// statistics are flushed once per block. kOut colsum: those column sums alone (a BF16 linear's bias gradient).
+enum class DyOut { none, codes, colsum };
+template <int kChunks, DyOut kOut>
+__global__ void __launch_bounds__(32 * kRowsPerBlock, kOut == DyOut::codes ? 3 : 0)
     layernorm_backward_fused_kernel(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
                                     const float* mean, const float* rstd, int64_t N, int C, LayerNormDyCodes dy) {
-  constexpr int kCodeRows = kCodes ? kRowsPerBlock : 1;
-  __shared__ __align__(16) float s_w[kRowsPerBlock][256], s_b[kRowsPerBlock][256], s_c[kCodeRows][256];
-  __shared__ float s_colsum[kCodes ? 256 * kChunks : 1];     // the codes' column sums: thread t's columns only
+  constexpr bool kCodes = kOut == DyOut::codes, kSums = kOut != DyOut::none;
+  constexpr int kSumRows = kSums ? kRowsPerBlock : 1;
+  __shared__ __align__(16) float s_w[kRowsPerBlock][256], s_b[kRowsPerBlock][256], s_c[kSumRows][256];
+  __shared__ float s_colsum[kSums ? 256 * kChunks : 1];     // dinp's column sums: thread t's columns only
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float acc_w[kChunks] = {}, acc_b[kChunks] = {};  // columns 256 k + threadIdx.x
-  if constexpr (kCodes)
+  if constexpr (kSums)
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) s_colsum[256 * k + threadIdx.x] = 0.0f;
   ThreadStats st;
@@ -228,22 +230,23 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, kCodes ? 3 : 0)
           cw[i] = dv[i] * ((xv[i] - m) * s);  // dy * norm
           cb[i] = dv[i];
         }
-        if constexpr (kCodes) {
+        if constexpr (kSums) {
 #pragma unroll
           for (int i = 0; i < 8; ++i) cc[i] = __bfloat162float(__float2bfloat16_rn(acc[i]));  // what dinp holds
-          *reinterpret_cast<uint2*>(dy.codes + row * C + c0) = convert8<Fp8Format::e5m2>(cc, scale, st);
         }
+        if constexpr (kCodes)
+          *reinterpret_cast<uint2*>(dy.codes + row * C + c0) = convert8<Fp8Format::e5m2>(cc, scale, st);
       }
       store_row8(&s_w[warp][lane * 8], cw);
       store_row8(&s_b[warp][lane * 8], cb);
-      if constexpr (kCodes) store_row8(&s_c[warp][lane * 8], cc);
+      if constexpr (kSums) store_row8(&s_c[warp][lane * 8], cc);
       __syncthreads();
 #pragma unroll
       for (int r = 0; r < kRowsPerBlock; ++r) {
         acc_w[k] += s_w[r][threadIdx.x];
         acc_b[k] += s_b[r][threadIdx.x];
       }
-      if constexpr (kCodes) {
+      if constexpr (kSums) {
         float sum = 0.0f;
 #pragma unroll
         for (int r = 0; r < kRowsPerBlock; ++r) sum += s_c[r][threadIdx.x];
@@ -258,7 +261,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, kCodes ? 3 : 0)
     if (c >= C) break;
     atomicAdd(&dw[c], acc_w[k]);
     atomicAdd(&db[c], acc_b[k]);
-    if (kCodes && dy.stats.colsum) atomicAdd(&dy.stats.colsum[c], s_colsum[c]);
+    if (kSums && dy.stats.colsum) atomicAdd(&dy.stats.colsum[c], s_colsum[c]);
   }
   if constexpr (kCodes) flush_block_stats<32 * kRowsPerBlock>(st, dy.stats);
 }
@@ -304,16 +307,21 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
   const bool vec = C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
   const unsigned blocks = row_blocks(N, "layernorm_backward");
   const int threads = 32 * kRowsPerBlock;
-  if (dy) {
-    FP8T_CHECK(vec && layernorm_backward_writes_dy_codes(N, C) && dy->scale && dy->codes &&
+  if (dy && dy->codes) {
+    FP8T_CHECK(vec && layernorm_backward_writes_dy_codes(N, C) && dy->scale &&
                    reinterpret_cast<uintptr_t>(dy->codes) % 8 == 0,
                "layernorm_backward: dy codes need C % 8 == 0 and C <= 4096 (N={}, C={}), 16-byte aligned rows, a "
                "scale and 8-byte aligned row-major codes",
                N, C);
+  } else if (dy) {
+    FP8T_CHECK(vec && layernorm_backward_writes_dy_codes(N, C) && dy->stats.colsum && !dy->codes_t,
+               "layernorm_backward: dy's column sums alone need C % 8 == 0 and C <= 4096 (N={}, C={}), 16-byte "
+               "aligned rows and stats.colsum (no codes_t without codes)",
+               N, C);
   }
   // One pass, dinp and the column sums together; the two-kernel backward below takes the other shapes.
   if (vec && C <= 256 * 16) {
-    static PerDevice<int> resident[10];  // by kernel below
+    static PerDevice<int> resident[15];  // by kernel below
     auto launch = [&](auto kernel, PerDevice<int>& resident) {
       // One wave of blocks (the occupancy calculator's, 4 per SM at 64 registers): row groups loop, and the column
       // atomics stay few. (3 per SM left a quarter of the SMs' slots empty: Nsight Compute, twenty-first session.)
@@ -323,24 +331,25 @@ void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, cons
                                            dy ? *dy : LayerNormDyCodes{});
       CUDA_CHECK_LAUNCH();
     };
-    auto by_width = [&]<bool kCodes>() {
-      PerDevice<int>* r = resident + (kCodes ? 5 : 0);
+    auto by_width = [&]<DyOut kOut>() {
+      PerDevice<int>* r = resident + 5 * static_cast<int>(kOut);
       if (C <= 256)
-        launch(layernorm_backward_fused_kernel<1, kCodes>, r[0]);
+        launch(layernorm_backward_fused_kernel<1, kOut>, r[0]);
       else if (C <= 512)
-        launch(layernorm_backward_fused_kernel<2, kCodes>, r[1]);
+        launch(layernorm_backward_fused_kernel<2, kOut>, r[1]);
       else if (C <= 1024)
-        launch(layernorm_backward_fused_kernel<4, kCodes>, r[2]);
+        launch(layernorm_backward_fused_kernel<4, kOut>, r[2]);
       else if (C <= 2048)
-        launch(layernorm_backward_fused_kernel<8, kCodes>, r[3]);
+        launch(layernorm_backward_fused_kernel<8, kOut>, r[3]);
       else
-        launch(layernorm_backward_fused_kernel<16, kCodes>, r[4]);
+        launch(layernorm_backward_fused_kernel<16, kOut>, r[4]);
     };
-    if (!dy) {
-      by_width.template operator()<false>();
+    if (!dy || !dy->codes) {
+      if (dy) by_width.template operator()<DyOut::colsum>();
+      else by_width.template operator()<DyOut::none>();
       return;
     }
-    by_width.template operator()<true>();
+    by_width.template operator()<DyOut::codes>();
     // The transposed copy from the row-major codes: the kernel's own transposed stores (8 rows gathered through
     // shared memory per 8-byte store) took 161 us where this pair takes 143 in Nsight Compute (H100, 1.5B widths),
     // though the training step's tokens/s did not tell them apart (docs/perf-notes.md, thirty-first session).

@@ -38,7 +38,8 @@ void add_layernorm_cast(__nv_bfloat16* out, float* mean, float* rstd, uint8_t* c
 // whose output gradient is the sum's that this LayerNorm finishes (autograd/variable.h: GradCell::residual_dy).
 // codes (N, C), always (non-null), and optionally codes_t (C, N) (fp8_transpose of codes after the kernel), each code
 // to_fp8(bf16(dinp) * *scale) bit for bit as fp8_cast of the bf16 dinp gives, and that cast's statistics and column
-// sums added into stats (null members skipped).
+// sums added into stats (null members skipped). Or, with codes null (and codes_t too), only dinp's new values' column
+// sums into stats.colsum (non-null; the rest of stats and scale unused): a BF16 linear's bias gradient.
 struct LayerNormDyCodes {
   uint8_t* codes = nullptr;
   uint8_t* codes_t = nullptr;
@@ -48,7 +49,7 @@ struct LayerNormDyCodes {
 // Whether layernorm_backward can write dy codes for N rows of C: the one-pass kernel's shapes.
 bool layernorm_backward_writes_dy_codes(int64_t N, int C);
 // dinp (N, C) bf16 +=; dw, db (C) f32 += (atomics across row chunks); dy (where layernorm_backward_writes_dy_codes and
-// the rows are 16-byte aligned; else an error): dinp's new values as dy codes too.
+// the rows are 16-byte aligned; else an error): dinp's new values as dy codes too, or their column sums alone.
 void layernorm_backward(__nv_bfloat16* dinp, float* dw, float* db, const __nv_bfloat16* dout,
                         const __nv_bfloat16* inp, const __nv_bfloat16* w, const float* mean, const float* rstd,
                         int64_t N, int C, cudaStream_t stream, const LayerNormDyCodes* dy = nullptr);

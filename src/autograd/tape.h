@@ -61,8 +61,9 @@ void mark_gradient_read_only(const Var& y, std::initializer_list<const Var*> inp
 bool gradient_read_only_by_last_node(const Var& v, const Var& other);
 
 // For an op about to record its node, whose backward adds into x's gradient: b's gradient cell where x = add(a, b) is
-// the node recorded last on the current tape and b's producer takes b's gradient as dy codes (GradCell::residual_b).
-// That backward is then the last to write x's gradient, which is b's too: it may leave b's as those codes. Else null.
+// the node recorded last on the current tape and b's producer takes b's gradient as dy codes or its column sums
+// (GradCell::residual_b). That backward is then the last to write x's gradient, which is b's too: it may leave b's as
+// those codes, or write those sums. Else null.
 std::weak_ptr<GradCell> residual_dy_cell(const Var& x);
 
 // The tape ops record onto (thread-local); null means gradients are not recorded.

@@ -55,14 +55,20 @@ struct GradCell {
   PendingGrad pending;       // a gradient kept unwritten (grad is then undefined)
   bool takes_pending = false;  // set by the Var's producer in forward: its backward consumes `pending`
   std::shared_ptr<const Fp8DyRequest> fp8_dy;  // set by the Var's producer in forward, with takes_pending
-  // Set by add(a, b) on its output's cell where b's producer takes b's gradient as dy codes (b's fp8_dy) and runs its
-  // backward right after the add's (ops/add.cpp: b gets the sum's gradient as it is): b's cell, and the add's node.
+  // Set by add(a, b) on its output's cell where b's producer takes b's gradient as dy codes (b's fp8_dy) or its column
+  // sums (dy_colsum_request) and runs its backward right after the add's (ops/add.cpp: b gets the sum's gradient as
+  // it is): b's cell, and the add's node.
   // The op recorded right after the add, whose backward is the last to add into the sum's gradient, may leave that
   // gradient's final value in b's cell as those dy codes (residual_dy_cell, autograd/tape.h: the LayerNorm backward
   // of an FP8 LayerNorm linear does, ops/layernorm_cuda.h).
   std::weak_ptr<GradCell> residual_b;
   uint64_t residual_tape = 0;
   size_t residual_node = 0;
+  // Set by a BF16 linear with a bias on its output's cell in forward (ops/linear.cpp): the op that finishes this
+  // gradient may also sum its columns, (C) f32, into `dy_colsum` (the LayerNorm backward after a residual add does, as
+  // with fp8_dy above); the linear's backward then adds those into its bias gradient instead of summing dy itself.
+  bool dy_colsum_request = false;
+  Tensor dy_colsum;
   // Where set, supplies `grad` (zero-filled) when it is first needed instead of a fresh tensor: a
   // parameter whose gradient lives in a staging bucket allocated on demand (ZeRO-2, dist/zero.h).
   // Such a gradient counts as existing (grad_exists), so ops accumulate into it and never assign one.

@@ -72,9 +72,10 @@ Var add(const Var& a, const Var& b, RowStats* stats, const Var& b_bias) {
     // b's producer recorded just before this node, reads b's gradient only and does not write a's (a residual
     // branch's last linear): b may share d(out)'s buffer too, as its backward runs right after this one.
     const bool b_shares = gradient_read_only_by_last_node(b, a);
-    // Such a b whose producer takes its gradient as dy codes: the node recorded next, the last to add into y's
-    // gradient, may write them (residual_dy_cell); b's gradient is then pending as codes when this backward runs.
-    const bool b_codes = b_shares && a != b && b->grad_cell->fp8_dy;
+    // Such a b whose producer takes its gradient as dy codes or asks for its column sums: the node recorded next, the
+    // last to add into y's gradient, may write them (residual_dy_cell); b's gradient is then pending as codes when
+    // this backward runs, or b gets it as it is with the sums beside it (GradCell::dy_colsum).
+    const bool b_codes = b_shares && a != b && (b->grad_cell->fp8_dy || b->grad_cell->dy_colsum_request);
     // Only gradient handles are held: add needs neither input's value in backward.
     current_tape()->record("add", [ag = grad_ref(a), bg = grad_ref(b), yg = grad_ref(y), b_shares, b_codes] {
       const Tensor& dout = grad_of(yg);

@@ -70,16 +70,25 @@ void layernorm_backward(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout
 bool layernorm_backward_residual(Tensor& dinp, Tensor& dw, Tensor& db, const Tensor& dout, const Tensor& inp,
                                  const Tensor& w, const Tensor& mean, const Tensor& rstd,
                                  const std::weak_ptr<GradCell>& residual) {
-  const std::shared_ptr<GradCell> cell = residual.lock();
-  const Fp8DyRequest* request = cell && !finite_watch() ? cell->fp8_dy.get() : nullptr;
+  const std::shared_ptr<GradCell> cell = finite_watch() ? nullptr : residual.lock();
+  const Fp8DyRequest* request = cell ? cell->fp8_dy.get() : nullptr;
+  const bool as_codes = request && request->scale && (request->codes || request->codes_t);
   const int64_t C = inp.ndim() >= 1 ? inp.dim(-1) : 0, N = C > 0 ? inp.numel() / C : 0;
-  if (!request || !request->scale || !(request->codes || request->codes_t) || cell->pending.defined() ||
-      cell->grad.defined() || C > 4096 || !k::layernorm_backward_writes_dy_codes(N, static_cast<int>(C)) ||
+  if (!(as_codes || (cell && cell->dy_colsum_request)) || cell->pending.defined() || cell->grad.defined() ||
+      cell->dy_colsum.defined() || C > 4096 || !k::layernorm_backward_writes_dy_codes(N, static_cast<int>(C)) ||
       !aligned(dinp) || !aligned(dout) || !aligned(inp) || !aligned(w)) {
     layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd);
     return false;
   }
   const Device device = inp.device();
+  if (!as_codes) {  // a BF16 linear's bias: dinp's column sums beside it (b gets dinp itself from the add)
+    Tensor sums = Tensor::empty({C}, DType::f32, device, MemCategory::workspace);
+    CUDA_CHECK(cudaMemsetAsync(sums.raw(), 0, sums.nbytes(), k::compute_stream()));
+    const k::LayerNormDyCodes dy{.stats = {.colsum = sums.data<float>()}};
+    backward(dinp, dw, db, dout, inp, w, mean, rstd, &dy);
+    cell->dy_colsum = std::move(sums);
+    return true;
+  }
   PendingGrad p;
   // The kernel writes row-major codes always (the transposed ones are their transpose): where only codes_t is asked
   // for, into a scratch that is released once the transpose has read it (stream order).

@@ -37,6 +37,8 @@ Var linear(const Var& x, const Var& w, const Var& b, LinearBias bias_at) {
   Var y = make_output(std::move(out));
   if (needs_grad(x, w, b)) {
     y->requires_grad = true;
+    // On CUDA the bias's gradient may come as column sums from the op that finishes dy (take_dy_colsum).
+    y->grad_cell->dy_colsum_request = b && b->requires_grad && xv.device().is_cuda();
     current_tape()->record("linear", [x, w, b, yg = grad_ref(y), M, IC, OC] {
       const Tensor& dout = grad_of(yg);
       const Tensor& xv = value_of(x);  // x may have been released for recompute
@@ -47,6 +49,7 @@ Var linear(const Var& x, const Var& w, const Var& b, LinearBias bias_at) {
             Tensor dx = x->requires_grad ? grad_for_write(x, accumulate).view({M, IC}) : Tensor();
             Tensor dw = w->requires_grad ? grad_of(w) : Tensor();
             Tensor db = b && b->requires_grad ? grad_of(b) : Tensor();
+            take_dy_colsum(yg, db);
             cuda_ops::matmul_backward(or_null(dx), or_null(dw), or_null(db), dout.view({M, OC}), xv.view({M, IC}),
                                       w->value, accumulate);
           },

@@ -120,10 +120,12 @@ Var gelu_mlp_cuda(const Var& x, const Var& w1, const Var& b1, const Var& w2, con
   Var y = make_output(std::move(out));
   if (needs_grad(x, w1, b1, w2, b2)) {
     y->requires_grad = true;
+    y->grad_cell->dy_colsum_request = b2->requires_grad;  // b2's gradient may come as column sums (take_dy_colsum)
     current_tape()->record("gelu_mlp", [x, w1, b1, w2, b2, pre, h, yg = grad_ref(y), M, IC, H, OC] {
       const Tensor dout = grad_of(yg).view({M, OC});
       Tensor dw2 = w2->requires_grad ? grad_of(w2) : Tensor();
       Tensor db2 = b2->requires_grad ? grad_of(b2) : Tensor();
+      take_dy_colsum(yg, db2);
       if (dw2.defined() || db2.defined())
         cuda_ops::matmul_backward(nullptr, or_null(dw2), or_null(db2), dout, h, w2->value);
       // (needs_grad() is false here: the tape does not record during backward.)

@@ -2,9 +2,11 @@
 // the gradient buffers they hand to the CPU references (src/ops/cpu/<op>.h) and the CUDA launchers
 // (src/ops/<op>_cuda.h).
 #pragma once
+#include <utility>
 #include <vector>
 
 #include "autograd/finite_watch.h"
+#include "core/tensor_ops.h"
 #include "fp8/saved.h"
 #include "ops/dispatch.h"
 #include "ops/grad_sink.h"
@@ -45,6 +47,16 @@ inline Tensor grad_for_write(const Var& v, bool& accumulate) {
     v->grad = Tensor::empty(value.shape(), value.dtype(), value.device(), MemCategory::activations);
   }
   return v->grad;
+}
+
+// A linear's bias gradient from the column sums of its output's gradient that the op finishing that gradient wrote
+// (GradCell::dy_colsum, handed over once; the linear asked with dy_colsum_request): db += them, and db is left
+// undefined so that the linear does not sum dy's columns again. Without such sums db stays as it is.
+inline void take_dy_colsum(const GradRef& y, Tensor& db) {
+  Tensor sums = std::exchange(y.cell->dy_colsum, Tensor());
+  if (!sums.defined() || !db.defined()) return;
+  add_(db, sums);
+  db = Tensor();
 }
 
 // The LayerNorm op's output Var from x, its weight and bias, the output value and its row statistics (computed by
