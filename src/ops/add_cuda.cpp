@@ -17,12 +17,11 @@ namespace k = fp8t::kernels;
 
 namespace {
 
-// b_bias's data (null without one), checked against out's rows of C.
-const bf16* bias_of(const Tensor* b_bias, const Tensor& out, const char* op) {
+// b_bias's data (null without one), checked against out's row length C, which the caller has checked is positive.
+const bf16* bias_of(const Tensor* b_bias, int64_t C, const char* op) {
   if (!b_bias) return nullptr;
-  FP8T_CHECK(out.ndim() >= 1 && out.dim(-1) > 0, "{}: out {} has no rows for a bias", op, out.str());
   expect(*b_bias, DType::bf16, op, "b_bias");
-  expect_numel(*b_bias, out.dim(-1), op, "b_bias");
+  expect_numel(*b_bias, C, op, "b_bias");
   return b_bias->data<bf16>();
 }
 
@@ -34,9 +33,12 @@ void add_forward(Tensor& out, const Tensor& a, const Tensor& b, const Tensor* b_
   expect(out, DType::bf16, "add_forward", "out");
   expect_numel(b, a.numel(), "add_forward", "b");
   expect_numel(out, a.numel(), "add_forward", "out");
-  const bf16* bias = bias_of(b_bias, out, "add_forward");
+  // Only a bias needs out in rows; without one any shape adds.
+  FP8T_CHECK(!b_bias || (out.ndim() >= 1 && out.dim(-1) > 0), "add_forward: out {} has no rows for a bias", out.str());
+  const int64_t C = b_bias ? out.dim(-1) : 0;
+  const bf16* bias = bias_of(b_bias, C, "add_forward");
   k::add_forward(out.data<bf16>(), a.data<bf16>(), b.data<bf16>(), a.numel(), k::compute_stream(), bias,
-                 bias ? to_int(out.dim(-1), "add_forward", "C") : 0);
+                 to_int(C, "add_forward", "C"));
 }
 
 void add_forward_row_stats(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& a, const Tensor& b,
@@ -55,7 +57,7 @@ void add_forward_row_stats(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor
   expect_numel(mean, N, op, "mean");
   expect_numel(rstd, N, op, "rstd");
   FP8T_CHECK(out.raw() != a.raw() && out.raw() != b.raw(), "{}: out must not alias a or b", op);
-  const bf16* bias = bias_of(b_bias, out, op);
+  const bf16* bias = bias_of(b_bias, C, op);
   if (normed) {
     FP8T_CHECK(!ahead && norm_w && norm_b, "{}: the LayerNorm output needs its weight and bias and no cast ahead", op);
     expect(*normed, DType::bf16, op, "normed");
