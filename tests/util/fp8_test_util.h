@@ -14,6 +14,11 @@
 
 namespace fp8t::test {
 
+// One fp8_linear step's output and gradients, on the host (a gradient not taken is empty).
+struct LinearResult {
+  std::vector<float> y, dx, dw, db;
+};
+
 // A 1-D f32 device tensor holding v: scales, scale slots and amax/scale/scale_inv triples.
 inline Tensor device_floats(std::vector<float> v) { return upload(v, {static_cast<int64_t>(v.size())}, DType::f32); }
 
