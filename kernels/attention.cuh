@@ -51,7 +51,8 @@ struct AttentionOut {
 // instead of bf16: codes (B * T, 3C) and codes_t (3C, B * T), either may be null, each code to_fp8(x * *scale) for
 // x = g's bf16 value, bit for bit what the bf16 gradient followed by fp8_cast (kernels/fp8_cast.cuh) writes, with that
 // cast's statistics into `stats` (amax, saturated, and colsum: the (3C) column sums of x, qkv's bias gradient).
-// Needs attention_writes_dy_codes(HS, kernels).
+// Or, with codes and codes_t null, only those column sums into stats.colsum (non-null; qkv's producer a BF16 linear)
+// beside g written into dqkv. Needs attention_writes_dy_codes(HS, kernels).
 struct AttentionDyCodes {
   uint8_t* codes = nullptr;
   uint8_t* codes_t = nullptr;
@@ -64,7 +65,7 @@ bool attention_writes_dy_codes(int HS, const AttentionKernels& kernels = {});
 // dqkv (B, T, 3C) bf16 += gradient of the attention; with accumulate false, dqkv = the gradient, written over
 // whatever dqkv held (no zero fill needed). Scratch: dq_accum, attention_dq_scratch_floats() f32 (at least
 // B * T * C), and delta (B, NH, T) f32, both overwritten. With dy (accumulate false), the gradient goes to dy's codes
-// instead, and dqkv (may be null) is not written.
+// instead, and dqkv (may be null) is not written; with dy without codes, into dqkv with its column sums.
 void attention_backward(__nv_bfloat16* dqkv, float* dq_accum, float* delta, const __nv_bfloat16* dout,
                         const AttentionQkv& qkv, const AttentionOut& out, const float* lse, int B, int T, int NH,
                         int HS, cudaStream_t stream, const AttentionKernels& kernels = {}, bool accumulate = true,

@@ -332,8 +332,8 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
         accumulate);
     CUDA_CHECK_LAUNCH();
   }
-  if (dy)
-    attention_backward_dq_codes(dq_accum, *dy, B, T, NH, stream);
+  if (dy)  // codes, or dqkv with column sums
+    attention_backward_dq_codes(dq_accum, *dy, B, T, NH, stream, dqkv);
   else
     attention_backward_dq(dqkv, dq_accum, layout, B, T, NH, HS, stream, accumulate);
 }
@@ -416,8 +416,11 @@ void attention_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* d
                "attention_backward: dy codes need the warpgroup-MMA kernels (head size 64 on a Hopper GPU, sm_90a "
                "build; attention_writes_dy_codes) and accumulate false, got head size {}, accumulate {}",
                HS, accumulate);
-    FP8T_CHECK(dy->scale && (dy->codes || dy->codes_t) && (reinterpret_cast<uintptr_t>(dy->codes) & 7u) == 0,
-               "attention_backward: dy codes need a scale and 8-byte aligned codes or codes_t");
+    if (dy->codes || dy->codes_t)
+      FP8T_CHECK(dy->scale && (reinterpret_cast<uintptr_t>(dy->codes) & 7u) == 0,
+                 "attention_backward: dy codes need a scale and 8-byte aligned codes or codes_t");
+    else
+      FP8T_CHECK(dy->stats.colsum && dqkv, "attention_backward: dy without codes needs column sums and dqkv");
   }
   FP8T_CHECK(int64_t{B} * NH * ceil_div(T, 64) <= 0x7fffffff, "attention_backward: grid too large (B={} NH={} T={})", B,
              NH, T);

@@ -28,8 +28,9 @@ void attention_backward_dq(__nv_bfloat16* dqkv, const float* dq_accum, DqLayout 
                            cudaStream_t stream, bool accumulate = true);
 
 // dy's codes of qkv's Q part from scale * dq_accum (DqLayout::tiles, head size 64): what attention_backward_dq writes
-// (not accumulating), encoded as the E5M2 cast would (kernels/attention_dy_codes.cu).
+// (not accumulating), encoded as the E5M2 cast would (kernels/attention_dy_codes.cu). Or, where dy has no codes, those
+// values into dqkv's Q part (16-byte aligned) with their column sums alone into dy.stats.colsum.
 void attention_backward_dq_codes(const float* dq_accum, const AttentionDyCodes& dy, int B, int T, int NH,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream, __nv_bfloat16* dqkv = nullptr);
 
 }  // namespace fp8t::kernels

@@ -14,8 +14,11 @@ constexpr int kDqThreads = 128;
 // One block per (b * NH + h, 64-row tile of T). Thread i takes channels 8 (i % 8) .. + 7 of tile rows
 // 4 (i / 8) .. + 3; dq_accum's tile (bh, tile) holds row 16 w + g + 8 r, channels 8 j .. 8 j + 7 at
 // ((w * 8 + j) * 2 + r) * 64 + 8 g (attention_dq_kernel's reading of the main pass's fragment order).
+// kCodes false: the bf16 values go into dqkv's Q part instead of codes, with their column sums alone.
+template <bool kCodes>
 __global__ void __launch_bounds__(kDqThreads) attention_dq_codes_kernel(const float* dq_accum, AttentionDyCodes dy,
-                                                                        int T, int NH, int64_t M, float scale) {
+                                                                        int T, int NH, int64_t M, float scale,
+                                                                        bf16* dqkv) {
   __shared__ __align__(16) uint8_t s_t[kDyTile * kDyTile];
   __shared__ float s_cs[kDqThreads / 32][kDyTile];
   const int n_tiles = ceil_div(T, kDyTile);
@@ -23,7 +26,7 @@ __global__ void __launch_bounds__(kDqThreads) attention_dq_codes_kernel(const fl
   const int b = bh / NH, h = bh % NH, C = NH * kDyTile, j = static_cast<int>(threadIdx.x) % 8;
   const int64_t ld = 3 * int64_t{C};
   const float* src_tile = dq_accum + (int64_t{bh} * n_tiles + tile) * kDyTile * kDyTile;
-  const float s = *dy.scale;
+  const float s = kCodes ? *dy.scale : 0.0f;
   ThreadStats st;
   float cs[8] = {};
   // Every load first: the code stores below (bytes, which may alias anything) would otherwise hold each row's loads
@@ -51,13 +54,20 @@ __global__ void __launch_bounds__(kDqThreads) attention_dq_codes_kernel(const fl
       cs[e] += x[e];
       cs[e + 1] += x[e + 1];
     }
-    codes[i] = convert8<kDyFormat>(x, s, st);
-    if (inside && dy.codes)
-      *reinterpret_cast<uint2*>(dy.codes + (int64_t{b} * T + q) * ld + h * kDyTile + 8 * j) = codes[i];
+    const int64_t at = (int64_t{b} * T + q) * ld + h * kDyTile + 8 * j;
+    if constexpr (kCodes) {
+      codes[i] = convert8<kDyFormat>(x, s, st);
+      if (inside && dy.codes) *reinterpret_cast<uint2*>(dy.codes + at) = codes[i];
+    } else if (inside) {
+      Vec16<bf16> v;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v.v[e] = __float2bfloat16_rn(x[e]);  // x is bf16 already: exact
+      v.store(dqkv + at);
+    }
   }
   // The thread's 4 rows are adjacent: channel 8 j + e's four codes are one word of the transposed tile.
 #pragma unroll
-  for (int e = 0; e < 8; ++e) {
+  for (int e = 0; e < 8 && kCodes; ++e) {
     const int sel = (e % 4) | (e % 4 + 4) << 4;  // byte e % 4 of the first word, then of the second
     const auto half = [&](int i) { return e < 4 ? codes[i].x : codes[i].y; };
     const uint32_t lo = __byte_perm(half(0), half(1), sel), hi = __byte_perm(half(2), half(3), sel);
@@ -71,9 +81,9 @@ __global__ void __launch_bounds__(kDqThreads) attention_dq_codes_kernel(const fl
     cs[e] += __shfl_xor_sync(0xffffffffu, cs[e], 16);
     if (lane < 8) s_cs[warp][8 * j + e] = cs[e];
   }
-  flush_warp_stats(st, dy.stats);
+  if constexpr (kCodes) flush_warp_stats(st, dy.stats);
   __syncthreads();
-  if (dy.codes_t)
+  if (kCodes && dy.codes_t)
     store_codes_t<kDqThreads>(s_t, dy.codes_t, int64_t{h} * kDyTile, int64_t{b} * T + int64_t{tile} * kDyTile,
                               min(kDyTile, T - tile * kDyTile), M);
   if (dy.stats.colsum && threadIdx.x < kDyTile) {
@@ -89,12 +99,19 @@ bool attention_writes_dy_codes(int HS, const AttentionKernels& kernels) {
 }
 
 void attention_backward_dq_codes(const float* dq_accum, const AttentionDyCodes& dy, int B, int T, int NH,
-                                 cudaStream_t stream) {
-  FP8T_CHECK(dy.scale && (dy.codes || dy.codes_t), "attention_backward_dq_codes: dy needs a scale and codes");
+                                 cudaStream_t stream, bf16* dqkv) {
+  const bool codes = dy.codes || dy.codes_t;
+  FP8T_CHECK(codes ? dy.scale != nullptr : dy.stats.colsum && dqkv && aligned16(dqkv),
+             "attention_backward_dq_codes: dy needs a scale and codes, or column sums and a 16-byte aligned dqkv");
   const int64_t blocks = int64_t{B} * NH * ceil_div(T, kDyTile);
   FP8T_CHECK(blocks <= 0x7fffffff, "attention_backward_dq_codes: grid too large (B={} NH={} T={})", B, NH, T);
-  attention_dq_codes_kernel<<<static_cast<int>(blocks), kDqThreads, 0, stream>>>(
-      dq_accum, dy, T, NH, int64_t{B} * T, 1.0f / sqrtf(static_cast<float>(kDyTile)));
+  const float scale = 1.0f / sqrtf(static_cast<float>(kDyTile));
+  if (codes)
+    attention_dq_codes_kernel<true><<<static_cast<int>(blocks), kDqThreads, 0, stream>>>(dq_accum, dy, T, NH,
+                                                                                         int64_t{B} * T, scale, nullptr);
+  else
+    attention_dq_codes_kernel<false><<<static_cast<int>(blocks), kDqThreads, 0, stream>>>(dq_accum, dy, T, NH,
+                                                                                          int64_t{B} * T, scale, dqkv);
   CUDA_CHECK_LAUNCH();
 }
 

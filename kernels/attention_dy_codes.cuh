@@ -73,12 +73,15 @@ __device__ __forceinline__ void reduce_scatter_stage(float (&v)[32]) {
 // smem: 2 * 4096 + 2048 free bytes (16-byte aligned) for the transposed tiles and the column sums. All 128 threads
 // of the warpgroup (tid 0 .. 127, warp 0 .. 3 within it) call it, once every MMA has read its tiles, and so do the
 // block's other warpgroups (each with its own smem): it has a block barrier before the transposed stores.
+// kCodes false: no codes; x goes into dqkv (B, T, 3C) bf16 as the plain path writes it (not accumulating), and only
+// the column sums into dy.stats.colsum (non-null): qkv's bias gradient where its producer is a BF16 linear.
+template <bool kCodes = true>
 __device__ __forceinline__ void write_dkv_codes(const float (&dk)[8][4], const float (&dv)[8][4], float scale,
                                                 const AttentionDyCodes& dy, uint8_t* smem, int b, int h, int k0,
                                                 int T, int C, int64_t M, int warp, int g, int t,
-                                                int tid = threadIdx.x) {
+                                                int tid = threadIdx.x, __nv_bfloat16* dqkv = nullptr) {
   constexpr int kTileT = kDyTile * kDyTile;
-  const float s = *dy.scale;  // its load in flight while the values and their column sums are made
+  const float s = kCodes ? *dy.scale : 0.0f;  // its load in flight while the values and their column sums are made
   const int64_t ld = 3 * int64_t{C};
   float* s_cs = reinterpret_cast<float*>(smem + 2 * kTileT);  // [4 warps][128]: K's 64 channels, then V's
   // The values, x[part][r][k] for channel 8 (k / 2) + 2 t + k % 2 of row 16 warp + g + 8 r (part 0: K, 1: V).
@@ -115,6 +118,28 @@ __device__ __forceinline__ void write_dkv_codes(const float (&dk)[8][4], const f
       const int k = k0s + i;
       s_cs[warp * 128 + part * 64 + 8 * (k / 2) + 2 * t + k % 2] = v[i];
     }
+  }
+  if constexpr (!kCodes) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!inside[r]) continue;
+#pragma unroll
+      for (int part = 0; part < 2; ++part) {
+        __nv_bfloat16* row =
+            dqkv + (int64_t{b} * T + k0 + 16 * warp + g + 8 * r) * ld + (part + 1) * int64_t{C} + h * kDyTile + 2 * t;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          *reinterpret_cast<__nv_bfloat162*>(row + 8 * j) =
+              __floats2bfloat162_rn(x[part][r][2 * j], x[part][r][2 * j + 1]);
+      }
+    }
+    __syncthreads();
+    if (tid < 128) {
+      const int c = tid;
+      const float sum = s_cs[c] + s_cs[128 + c] + s_cs[256 + c] + s_cs[384 + c];
+      atomicAdd(dy.stats.colsum + (c < 64 ? C : 2 * C - 64) + h * kDyTile + c, sum);
+    }
+    return;
   }
   ThreadStats st;
 #pragma unroll

@@ -9,17 +9,19 @@ void attention_backward_wgmma64(bf16* dqkv, float* dq_accum, const float* delta,
                                 const AttentionQkv& qkv, const float* lse, int B, int T, int NH, float scale,
                                 cudaStream_t stream, bool accumulate, const AttentionDyCodes* dy) {
   FP8T_CHECK(attention_wgmma_available(), "attention_backward_wgmma64: needs an sm_90a build on a Hopper GPU");
-  const AttentionDyCodes none{};
-  if (dy && qkv.e4m3)
+  // dy with codes: dK, dV as those; dy with column sums alone: into dqkv with their sums.
+  const bool codes = dy && (dy->codes || dy->codes_t);
+  const AttentionDyCodes sums_only = dy && !codes ? *dy : AttentionDyCodes{};
+  if (codes && qkv.e4m3)
     launch_backward_wgmma128<true, true>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream, false, *dy);
-  else if (dy)
+  else if (codes)
     launch_backward_wgmma128<false, true>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream, false, *dy);
   else if (qkv.e4m3)
     launch_backward_wgmma128<true, false>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream, accumulate,
-                                          none);
+                                          sums_only);
   else
     launch_backward_wgmma128<false, false>(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream, accumulate,
-                                           none);
+                                           sums_only);
 }
 
 }  // namespace fp8t::kernels

@@ -45,7 +45,8 @@ inline constexpr int kBackward128Main35 = kMaskEveryStep | kDqLast | kLseAtLoad;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // kCodes: qkv read from E4M3 codes with a scale per row (AttentionQkv), dequantized into the tiles as they load.
-// kDy: dK and dV go to dy's codes (AttentionDyCodes), not into dqkv.
+// kDy: dK and dV go to dy's codes (AttentionDyCodes), not into dqkv. Else where dy.stats.colsum is set (accumulate
+// false), they go into dqkv with their column sums.
 template <bool kCodes, bool kDy, int kFlags = 0>
 __global__ void __launch_bounds__(kThreads128, 1)
     attention_backward_wgmma128_kernel(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
@@ -260,6 +261,10 @@ __global__ void __launch_bounds__(kThreads128, 1)
     __syncthreads();    // every warp is past its last MMAs' wait: the Q stages hold the codes' tiles
     write_dkv_codes(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T, blk.C,
                     int64_t{BH / NH} * T, wl, blk.g, blk.t, tid % 128);
+  } else if (dy.stats.colsum) {  // into dqkv, and their column sums (qkv's bias gradient; accumulate false)
+    __syncthreads();             // as above: the Q stages hold the sums' staging
+    write_dkv_codes<false>(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T, blk.C,
+                           int64_t{BH / NH} * T, wl, blk.g, blk.t, tid % 128, dqkv);
   } else {
     // dK (scaled) and dV added into dqkv (written over it unless `accumulate`): rows key_lo + g (+ 8), channels
     // 8 j + 2 t (+ 1).
@@ -299,6 +304,8 @@ void launch_backward_wgmma128(bf16* dqkv, float* dq_accum, const float* delta, c
   FP8T_CHECK((qkv.e4m3 != nullptr) == kCodes, "launch_backward_wgmma128: qkv's form does not match the kernel");
   FP8T_CHECK(!kDy || (dy.scale != nullptr && !accumulate),
              "launch_backward_wgmma128: dy codes need a scale, and accumulate false");
+  FP8T_CHECK(kDy || !dy.stats.colsum || (!accumulate && dqkv),
+             "launch_backward_wgmma128: column sums need accumulate false and dqkv");
   auto* kernel = attention_backward_wgmma128_kernel<kCodes, kDy, kFlags>;
   static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
   const int slots = resident.get([kernel] {

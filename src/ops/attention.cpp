@@ -39,9 +39,13 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
   Var y = make_output(std::move(out));
   if (needs_grad(qkv)) {
     y->requires_grad = true;
+    // qkv's producer asks for its gradient's column sums (a BF16 linear's bias) and is the node recorded last, reading
+    // qkv's gradient only: its backward then runs right after this one, so the sums written here stay those of the
+    // gradient it reads.
+    const bool qkv_sums = qkv->grad_cell->dy_colsum_request && gradient_read_only_by_last_node(qkv, qkv);
     // Holds qkv itself, or only its FP8 codes.
     current_tape()->record("attention", [qg = grad_ref(qkv), qkv_kept = store_fp8 ? Var() : qkv, saved, read_codes,
-                                         y, lse, n_head, B, T, C] {
+                                         y, lse, n_head, B, T, C, qkv_sums] {
       const Tensor& dout = grad_of(y);
       // The output, or where the projection serves it from its FP8 codes (fp8_linear's serve_input) their
       // dequantized values: delta = rowsum(dO * O) then reads the O that the projection read. On CUDA it
@@ -89,6 +93,17 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
               return;
             }
             if (!accumulate) qg.cell->grad = Tensor::empty(qg.shape, qg.dtype, qg.device, MemCategory::activations);
+            if (qkv_sums && !accumulate && !finite_watch() && !qg.cell->dy_colsum.defined() &&
+                cuda_ops::attention_writes_dy_codes(qg.shape, n_head)) {
+              const cuda_ops::AttentionSaved forms{.qkv = read_codes ? nullptr : &qv,
+                                                   .qkv_codes = read_codes ? &saved : nullptr,
+                                                   .out = has_oc ? nullptr : &ov,
+                                                   .out_codes = has_oc ? &oc : nullptr};
+              Tensor sums = Tensor::empty({qg.shape.back()}, DType::f32, qg.device, MemCategory::workspace);
+              cuda_ops::attention_backward_colsum(qg.cell->grad, sums, dout, forms, lse, n_head);
+              qg.cell->dy_colsum = std::move(sums);
+              return;
+            }
             run(qg.cell->grad, accumulate);
           },
           [&]<typename F>() {

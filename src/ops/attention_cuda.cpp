@@ -172,22 +172,53 @@ bool attention_writes_dy_codes(const Shape& qkv_shape, int n_head) {
   return k::attention_writes_dy_codes(static_cast<int>(qkv_shape[2] / (3 * int64_t{n_head})));
 }
 
-PendingGrad attention_backward_dy_codes(const Fp8DyRequest& request, const Tensor& dout, const AttentionSaved& saved,
-                                        const Tensor& lse, int n_head) {
-  const char* op = "attention_backward (dy codes)";
+namespace {
+
+// AttentionSaved's forms as the kernels take them, checked.
+struct SavedForms {
+  const Tensor& qkv_t;  // qkv's tensor (B, T, 3C): bf16, or the codes
+  k::AttentionQkv qkv;
+  k::AttentionOut out;
+};
+SavedForms forms_of(const char* op, const AttentionSaved& saved, int n_head) {
   FP8T_CHECK((saved.qkv != nullptr) != (saved.qkv_codes != nullptr) &&
                  (saved.out != nullptr) != (saved.out_codes != nullptr),
              "{}: qkv and out must each be given in one form", op);
-  FP8T_CHECK(request.scale && (request.codes || request.codes_t), "{}: the request asks for no codes", op);
   if (saved.qkv) expect(*saved.qkv, DType::bf16, op, "qkv");
   const Tensor& qkv_t = saved.qkv ? *saved.qkv : saved.qkv_codes->codes;
-  const k::AttentionQkv qkv =
-      saved.qkv ? k::AttentionQkv{.bf16 = saved.qkv->data<bf16>()} : codes_of(op, *saved.qkv_codes);
-  const Device device = qkv_t.device();
   const Shape oshape = out_shape(op, qkv_t, n_head);
-  const k::AttentionOut out = saved.out ? out_of(op, *saved.out, oshape) : out_of(op, *saved.out_codes, oshape, device);
   FP8T_CHECK(attention_writes_dy_codes(qkv_t.shape(), n_head),
-             "{}: these kernels cannot write dy codes (attention_writes_dy_codes)", op);
+             "{}: these kernels cannot write dy codes or column sums (attention_writes_dy_codes)", op);
+  return {.qkv_t = qkv_t,
+          .qkv = saved.qkv ? k::AttentionQkv{.bf16 = saved.qkv->data<bf16>()} : codes_of(op, *saved.qkv_codes),
+          .out = saved.out ? out_of(op, *saved.out, oshape) : out_of(op, *saved.out_codes, oshape, qkv_t.device())};
+}
+
+}  // namespace
+
+void attention_backward_colsum(Tensor& dqkv, Tensor& colsum, const Tensor& dout, const AttentionSaved& saved,
+                               const Tensor& lse, int n_head) {
+  const char* op = "attention_backward (column sums)";
+  const SavedForms f = forms_of(op, saved, n_head);
+  expect(colsum, DType::f32, op, "colsum");
+  expect_numel(colsum, f.qkv_t.dim(2), op, "colsum");
+  FP8T_CHECK(colsum.device() == f.qkv_t.device(), "{}: colsum is on {}, qkv on {}", op, colsum.device().str(),
+             f.qkv_t.device().str());
+  CUDA_CHECK(cudaMemsetAsync(colsum.raw(), 0, colsum.nbytes(), k::compute_stream()));
+  const k::AttentionDyCodes dy{.stats = {.colsum = colsum.data<float>()}};
+  backward(op, &dqkv, dout, f.qkv, f.qkv_t.shape(), f.qkv_t.device(), f.out, lse, n_head, k::AttentionKernels{},
+           false, &dy);
+}
+
+PendingGrad attention_backward_dy_codes(const Fp8DyRequest& request, const Tensor& dout, const AttentionSaved& saved,
+                                        const Tensor& lse, int n_head) {
+  const char* op = "attention_backward (dy codes)";
+  FP8T_CHECK(request.scale && (request.codes || request.codes_t), "{}: the request asks for no codes", op);
+  const SavedForms f = forms_of(op, saved, n_head);
+  const Tensor& qkv_t = f.qkv_t;
+  const k::AttentionQkv& qkv = f.qkv;
+  const k::AttentionOut& out = f.out;
+  const Device device = qkv_t.device();
   const int64_t M = qkv_t.dim(0) * qkv_t.dim(1), cols = qkv_t.dim(2);
   PendingGrad p;
   if (request.codes) p.dy_codes = Tensor::empty({M, cols}, DType::e5m2, device, MemCategory::workspace);

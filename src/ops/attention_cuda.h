@@ -56,5 +56,10 @@ struct AttentionSaved {
 bool attention_writes_dy_codes(const Shape& qkv_shape, int n_head);
 PendingGrad attention_backward_dy_codes(const Fp8DyRequest& request, const Tensor& dout, const AttentionSaved& saved,
                                         const Tensor& lse, int n_head);
+// qkv's gradient into dqkv (written over it), as attention_backward with accumulate false, and its (3C) column sums
+// into colsum (f32, written over) in the same passes: the bias gradient of qkv's producer, a BF16 linear (GradCell::dy_colsum).
+// Only where attention_writes_dy_codes(qkv's shape, n_head).
+void attention_backward_colsum(Tensor& dqkv, Tensor& colsum, const Tensor& dout, const AttentionSaved& saved,
+                               const Tensor& lse, int n_head);
 
 }  // namespace fp8t::cuda_ops
