@@ -64,9 +64,10 @@ struct GradCell {
   std::weak_ptr<GradCell> residual_b;
   uint64_t residual_tape = 0;
   size_t residual_node = 0;
-  // Set by a BF16 linear with a bias on its output's cell in forward (ops/linear.cpp): the op that finishes this
-  // gradient may also sum its columns, (C) f32, into `dy_colsum` (the LayerNorm backward after a residual add does, as
-  // with fp8_dy above); the linear's backward then adds those into its bias gradient instead of summing dy itself.
+  // Set by a BF16 linear (or gelu_mlp) with a bias on its output's cell in forward (ops/linear.cpp): the op that
+  // finishes this gradient may also sum its columns, (C) f32, into `dy_colsum` (the LayerNorm backward after a residual
+  // add does, as with fp8_dy above, and the attention backward for qkv, ops/attention.cpp); the linear's backward then
+  // adds those into its bias gradient instead of summing dy itself (take_dy_colsum, ops/op_common.h).
   bool dy_colsum_request = false;
   Tensor dy_colsum;
   // Where set, supplies `grad` (zero-filled) when it is first needed instead of a fresh tensor: a
