@@ -10,11 +10,9 @@
 #include <vector>
 
 #include "autograd/tape.h"
-#include "fp8/saved.h"
-#include "kernels/fp8_cast.cuh"
-#include "kernels/stream.cuh"
 #include "ops/attention_cuda.h"
 #include "ops/ops.h"
+#include "util/attention_test_util.h"
 #include "util/fp8_test_util.h"
 #include "util/gpu_test_util.h"
 
@@ -29,40 +27,15 @@ bool writes_sums() { return cuda_ops::attention_writes_dy_codes({1, 1, 3 * 64}, 
 // with the column sums (into a poisoned dqkv and NaN sums: the launcher zeroes them): dqkv bit for bit, the sums within
 // reordered f32 additions of the double column sums of the plain gradient.
 void check_colsum(int B, int T, int NH, bool qkv_codes, bool out_codes) {
-  const int HS = 64, C = NH * HS;
-  const int64_t M = int64_t(B) * T, n_qkv = M * 3 * C, n_out = M * C;
   INFO("B=" << B << " T=" << T << " NH=" << NH << (qkv_codes ? ", qkv as codes" : ", qkv bf16")
             << (out_codes ? ", O as codes" : ", O bf16"));
-  const Tensor qkv = upload(round_bf16(randn(n_qkv, 1.0f)), {B, T, 3 * C}, DType::bf16);
-  const QuantizedTensor saved = fp8_save(qkv, nullptr);
-  const Tensor qkv_read = qkv_codes ? fp8_restore(saved, MemCategory::workspace) : qkv;  // what the kernels read
-  Tensor out = poisoned({B, T, C}, DType::bf16), lse = poisoned({B, NH, T}, DType::f32);
-  cuda_ops::attention_forward(out, lse, qkv_read, NH);
-  QuantizedTensor out_q;  // O's transposed E4M3 codes, as the projection keeps them (scale 1: values are small)
-  if (out_codes) {
-    out_q.codes_t = Tensor::empty({C, M}, DType::e4m3, kGpu);
-    out_q.scale_inv = upload({1.0f}, {1}, DType::f32);
-    out_q.layout = ScaleLayout::per_tensor;
-    out_q.shape = {M, C};
-    kernels::fp8_cast(out.raw(), DType::bf16, M, C, nullptr, out_q.codes_t.data<uint8_t>(), Fp8Format::e4m3,
-                      out_q.scale_inv.data<float>(), {}, kernels::compute_stream());
-  }
-  const Tensor dout = upload(round_bf16(randn(n_out)), {B, T, C}, DType::bf16);
-
-  Tensor dqkv = poisoned({B, T, 3 * C}, DType::bf16);
-  if (qkv_codes && out_codes) cuda_ops::attention_backward(dqkv, dout, saved, out_q, lse, NH, false);
-  else if (qkv_codes) cuda_ops::attention_backward(dqkv, dout, saved, out, lse, NH, false);
-  else if (out_codes) cuda_ops::attention_backward(dqkv, dout, qkv, out_q, lse, NH, false);
-  else cuda_ops::attention_backward(dqkv, dout, qkv, out, lse, NH, false);
-  const std::vector<float> g = download(dqkv);
-
-  Tensor dqkv2 = poisoned({B, T, 3 * C}, DType::bf16), sums = poisoned({3 * C}, DType::f32);
-  const cuda_ops::AttentionSaved forms{.qkv = qkv_codes ? nullptr : &qkv, .qkv_codes = qkv_codes ? &saved : nullptr,
-                                       .out = out_codes ? nullptr : &out, .out_codes = out_codes ? &out_q : nullptr};
-  cuda_ops::attention_backward_colsum(dqkv2, sums, dout, forms, lse, NH);
-  CHECK(download(dqkv2) == g);
+  const AttentionBackwardCase a = make_attention_case(B, T, NH, qkv_codes, out_codes);
+  const std::vector<float> g = a.plain_dqkv();
+  Tensor dqkv = poisoned({B, T, 3 * a.C}, DType::bf16), sums = poisoned({3 * a.C}, DType::f32);
+  cuda_ops::attention_backward_colsum(dqkv, sums, a.dout, a.forms(), a.lse, NH);
+  CHECK(download(dqkv) == g);
   std::vector<double> sum, abs_sum;
-  column_sums(g, 3 * C, sum, abs_sum);
+  column_sums(g, 3 * a.C, sum, abs_sum);
   CHECK(colsum_mismatches(download(sums), sum, abs_sum) == 0);
 }
 

@@ -18,6 +18,7 @@
 #include "ops/attention_cuda.h"
 #include "ops/fp8_linear.h"
 #include "ops/ops.h"
+#include "util/attention_test_util.h"
 #include "util/fp8_test_util.h"
 #include "util/gpu_test_util.h"
 
@@ -31,32 +32,13 @@ bool writes_dy_codes() { return cuda_ops::attention_writes_dy_codes({1, 1, 3 * 6
 // One backward of attention over random qkv (B, T, 3C) in each of its forms, twice: into a NaN-poisoned bf16 dqkv
 // then kernels::fp8_cast to E5M2 (the reference), and as dy codes. dy_scale = fmax / amax * headroom: > 1 saturates.
 void check_dy_codes(int B, int T, int NH, bool qkv_codes, bool out_codes, float headroom) {
-  const int HS = 64, C = NH * HS;
-  const int64_t M = int64_t(B) * T, n_qkv = M * 3 * C, n_out = M * C;
   INFO("B=" << B << " T=" << T << " NH=" << NH << (qkv_codes ? ", qkv as codes" : ", qkv bf16")
             << (out_codes ? ", O as codes" : ", O bf16") << ", headroom " << headroom);
-  const Tensor qkv = upload(round_bf16(randn(n_qkv, 1.0f)), {B, T, 3 * C}, DType::bf16);
-  const QuantizedTensor saved = fp8_save(qkv, nullptr);
-  const Tensor qkv_read = qkv_codes ? fp8_restore(saved, MemCategory::workspace) : qkv;  // what the kernels read
-  Tensor out = poisoned({B, T, C}, DType::bf16), lse = poisoned({B, NH, T}, DType::f32);
-  cuda_ops::attention_forward(out, lse, qkv_read, NH);
-  QuantizedTensor out_q;  // O's transposed E4M3 codes, as the projection keeps them (scale 1: values are small)
-  if (out_codes) {
-    out_q.codes_t = Tensor::empty({C, M}, DType::e4m3, kGpu);
-    out_q.scale_inv = upload({1.0f}, {1}, DType::f32);
-    out_q.layout = ScaleLayout::per_tensor;
-    out_q.shape = {M, C};
-    kernels::fp8_cast(out.raw(), DType::bf16, M, C, nullptr, out_q.codes_t.data<uint8_t>(), Fp8Format::e4m3,
-                      out_q.scale_inv.data<float>(), {}, kernels::compute_stream());
-  }
-  const Tensor dout = upload(round_bf16(randn(n_out)), {B, T, C}, DType::bf16);
-
-  Tensor dqkv = poisoned({B, T, 3 * C}, DType::bf16);
-  if (qkv_codes && out_codes) cuda_ops::attention_backward(dqkv, dout, saved, out_q, lse, NH, false);
-  else if (qkv_codes) cuda_ops::attention_backward(dqkv, dout, saved, out, lse, NH, false);
-  else if (out_codes) cuda_ops::attention_backward(dqkv, dout, qkv, out_q, lse, NH, false);
-  else cuda_ops::attention_backward(dqkv, dout, qkv, out, lse, NH, false);
-  const std::vector<float> g = download(dqkv);
+  const AttentionBackwardCase ac = make_attention_case(B, T, NH, qkv_codes, out_codes);
+  const int C = ac.C;
+  const int64_t M = ac.M;
+  const std::vector<float> g = ac.plain_dqkv();
+  const Tensor dqkv = upload(g, {B, T, 3 * C}, DType::bf16);  // the reference cast's input
   float amax = 0.0f;
   for (float v : g) amax = std::max(amax, std::fabs(v));
   REQUIRE(std::isfinite(amax));
@@ -79,9 +61,7 @@ void check_dy_codes(int B, int T, int NH, bool qkv_codes, bool out_codes, float 
     CUDA_CHECK(cudaMemset(p.raw(), 0x7F, p.nbytes()));
   }
   const Fp8DyRequest request{.scale = scale.data<float>(), .codes = true, .codes_t = true};
-  const cuda_ops::AttentionSaved forms{.qkv = qkv_codes ? nullptr : &qkv, .qkv_codes = qkv_codes ? &saved : nullptr,
-                                       .out = out_codes ? nullptr : &out, .out_codes = out_codes ? &out_q : nullptr};
-  const PendingGrad p = cuda_ops::attention_backward_dy_codes(request, dout, forms, lse, NH);
+  const PendingGrad p = cuda_ops::attention_backward_dy_codes(request, ac.dout, ac.forms(), ac.lse, NH);
   REQUIRE(p.dy_codes.shape() == Shape{M, 3 * C});
   REQUIRE(p.dy_codes_t.shape() == Shape{3 * C, M});
   CHECK(code_mismatches_but_zero_sign(download_bytes(p.dy_codes), download_bytes(codes)) == 0);

@@ -18,6 +18,7 @@
 #include "ops/fp8_linear.h"
 #include "ops/ops.h"
 #include "util/fp8_test_util.h"
+#include "util/layernorm_test_util.h"
 #include "util/gpu_test_util.h"
 
 using namespace fp8t;
@@ -33,20 +34,9 @@ using bf16 = __nv_bfloat16;
 void check_dy_codes(int64_t N, int C, float headroom, bool want_codes_t = true) {
   INFO("N=" << N << " C=" << C << ", headroom " << headroom << ", codes_t " << want_codes_t);
   REQUIRE(kernels::layernorm_backward_writes_dy_codes(N, C));
-  const Tensor x = upload(round_bf16(randn(N * C, 2.0f)), {N, C}, DType::bf16);
-  const Tensor w = upload(round_bf16(randn(C, 0.5f)), {C}, DType::bf16);
-  const Tensor lb = upload(round_bf16(randn(C, 0.1f)), {C}, DType::bf16);
-  const Tensor dout = upload(round_bf16(randn(N * C)), {N, C}, DType::bf16);
-  const std::vector<float> dinp0 = round_bf16(randn(N * C, 0.5f));
-  Tensor normed = poisoned({N, C}, DType::bf16), mean = poisoned({N}, DType::f32), rstd = poisoned({N}, DType::f32);
-  const cudaStream_t stream = kernels::compute_stream();
-  kernels::layernorm_forward(normed.data<bf16>(), mean.data<float>(), rstd.data<float>(), x.data<bf16>(),
-                             w.data<bf16>(), lb.data<bf16>(), N, C, stream);
-
-  Tensor dinp = upload(dinp0, {N, C}, DType::bf16);
-  Tensor dw = Tensor::zeros({C}, DType::f32, kGpu), db = Tensor::zeros({C}, DType::f32, kGpu);
-  kernels::layernorm_backward(dinp.data<bf16>(), dw.data<float>(), db.data<float>(), dout.data<bf16>(),
-                              x.data<bf16>(), w.data<bf16>(), mean.data<float>(), rstd.data<float>(), N, C, stream);
+  const LayerNormBackwardCase l = make_layernorm_case(N, C);
+  const LayerNormBackwardCase::Result plain = l.run(nullptr);
+  const Tensor& dinp = plain.dinp;
   const std::vector<float> g = download(dinp);
   float amax = 0.0f;
   for (float v : g) amax = std::max(amax, std::fabs(v));
@@ -59,11 +49,10 @@ void check_dy_codes(int64_t N, int C, float headroom, bool want_codes_t = true) 
   float* s = stats.data<float>();
   const int64_t a = kernels::cast_stats_amax_index(C);
   kernels::fp8_cast(dinp.raw(), DType::bf16, N, C, codes.data<uint8_t>(), codes_t.data<uint8_t>(), Fp8Format::e5m2,
-                    scale.data<float>(), {s + a, reinterpret_cast<unsigned long long*>(s + a + 2), s}, stream);
+                    scale.data<float>(), {s + a, reinterpret_cast<unsigned long long*>(s + a + 2), s},
+                    kernels::compute_stream());
 
   // The codes path, into codes poisoned with 0x7F (E5M2 NaN, which no finite gradient gives).
-  Tensor dinp2 = upload(dinp0, {N, C}, DType::bf16);
-  Tensor dw2 = Tensor::zeros({C}, DType::f32, kGpu), db2 = Tensor::zeros({C}, DType::f32, kGpu);
   Tensor got_codes = Tensor::empty({N, C}, DType::e5m2, kGpu), got_codes_t = Tensor::empty({C, N}, DType::e5m2, kGpu);
   CUDA_CHECK(cudaMemset(got_codes.raw(), 0x7F, got_codes.nbytes()));
   CUDA_CHECK(cudaMemset(got_codes_t.raw(), 0x7F, got_codes_t.nbytes()));
@@ -73,12 +62,10 @@ void check_dy_codes(int64_t N, int C, float headroom, bool want_codes_t = true) 
                                      .codes_t = want_codes_t ? got_codes_t.data<uint8_t>() : nullptr,
                                      .scale = scale.data<float>(),
                                      .stats = {gs + a, reinterpret_cast<unsigned long long*>(gs + a + 2), gs}};
-  kernels::layernorm_backward(dinp2.data<bf16>(), dw2.data<float>(), db2.data<float>(), dout.data<bf16>(),
-                              x.data<bf16>(), w.data<bf16>(), mean.data<float>(), rstd.data<float>(), N, C, stream,
-                              &dy);
-  CHECK(download(dinp2) == g);  // dinp bit for bit
-  CHECK(reordered_mismatches(download(dw2), download(dw)) == 0);  // other block counts: sums in another order
-  CHECK(reordered_mismatches(download(db2), download(db)) == 0);
+  const LayerNormBackwardCase::Result fused = l.run(&dy);
+  CHECK(download(fused.dinp) == g);  // dinp bit for bit
+  CHECK(reordered_mismatches(download(fused.dw), download(plain.dw)) == 0);  // other block counts: another order
+  CHECK(reordered_mismatches(download(fused.db), download(plain.db)) == 0);
   const auto poisoned_bytes = [](const std::vector<uint8_t>& b) {
     return std::count(b.begin(), b.end(), uint8_t{0x7F}) == static_cast<std::ptrdiff_t>(b.size());
   };

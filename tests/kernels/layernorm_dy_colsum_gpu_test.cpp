@@ -13,6 +13,7 @@
 #include "kernels/stream.cuh"
 #include "ops/ops.h"
 #include "util/fp8_test_util.h"
+#include "util/layernorm_test_util.h"
 #include "util/gpu_test_util.h"
 
 using namespace fp8t;
@@ -27,33 +28,15 @@ using bf16 = __nv_bfloat16;
 // their f32 additions, and the sums those of the plain backward's new dinp.
 void check_colsum(int64_t N, int C) {
   INFO("N=" << N << " C=" << C);
-  const Tensor x = upload(round_bf16(randn(N * C, 2.0f)), {N, C}, DType::bf16);
-  const Tensor w = upload(round_bf16(randn(C, 0.5f)), {C}, DType::bf16);
-  const Tensor lb = upload(round_bf16(randn(C, 0.1f)), {C}, DType::bf16);
-  const Tensor dout = upload(round_bf16(randn(N * C)), {N, C}, DType::bf16);
-  const std::vector<float> dinp0 = round_bf16(randn(N * C, 0.5f));
-  Tensor normed = poisoned({N, C}, DType::bf16), mean = poisoned({N}, DType::f32), rstd = poisoned({N}, DType::f32);
-  const cudaStream_t stream = kernels::compute_stream();
-  kernels::layernorm_forward(normed.data<bf16>(), mean.data<float>(), rstd.data<float>(), x.data<bf16>(),
-                             w.data<bf16>(), lb.data<bf16>(), N, C, stream);
-  auto backward = [&](Tensor& dinp, Tensor& dw, Tensor& db, const kernels::LayerNormDyCodes* dy) {
-    kernels::layernorm_backward(dinp.data<bf16>(), dw.data<float>(), db.data<float>(), dout.data<bf16>(),
-                                x.data<bf16>(), w.data<bf16>(), mean.data<float>(), rstd.data<float>(), N, C, stream,
-                                dy);
-  };
-  Tensor dinp = upload(dinp0, {N, C}, DType::bf16);
-  Tensor dw = Tensor::zeros({C}, DType::f32, kGpu), db = Tensor::zeros({C}, DType::f32, kGpu);
-  backward(dinp, dw, db, nullptr);
-  const std::vector<float> g = download(dinp);
-
-  Tensor dinp2 = upload(dinp0, {N, C}, DType::bf16);
-  Tensor dw2 = Tensor::zeros({C}, DType::f32, kGpu), db2 = Tensor::zeros({C}, DType::f32, kGpu);
+  const LayerNormBackwardCase l = make_layernorm_case(N, C);
+  const LayerNormBackwardCase::Result plain = l.run(nullptr);
+  const std::vector<float> g = download(plain.dinp);
   Tensor sums = Tensor::zeros({C}, DType::f32, kGpu);
   const kernels::LayerNormDyCodes dy{.stats = {.colsum = sums.data<float>()}};
-  backward(dinp2, dw2, db2, &dy);
-  CHECK(download(dinp2) == g);
-  CHECK(reordered_mismatches(download(dw2), download(dw)) == 0);
-  CHECK(reordered_mismatches(download(db2), download(db)) == 0);
+  const LayerNormBackwardCase::Result fused = l.run(&dy);
+  CHECK(download(fused.dinp) == g);
+  CHECK(reordered_mismatches(download(fused.dw), download(plain.dw)) == 0);
+  CHECK(reordered_mismatches(download(fused.db), download(plain.db)) == 0);
   std::vector<double> sum, abs_sum;
   column_sums(g, C, sum, abs_sum);
   CHECK(colsum_mismatches(download(sums), sum, abs_sum) == 0);
