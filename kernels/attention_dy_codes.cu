@@ -106,12 +106,13 @@ void attention_backward_dq_codes(const float* dq_accum, const AttentionDyCodes& 
   const int64_t blocks = int64_t{B} * NH * ceil_div(T, kDyTile);
   FP8T_CHECK(blocks <= 0x7fffffff, "attention_backward_dq_codes: grid too large (B={} NH={} T={})", B, NH, T);
   const float scale = 1.0f / sqrtf(static_cast<float>(kDyTile));
+  const int64_t M = int64_t{B} * T;
   if (codes)
-    attention_dq_codes_kernel<true><<<static_cast<int>(blocks), kDqThreads, 0, stream>>>(dq_accum, dy, T, NH,
-                                                                                         int64_t{B} * T, scale, nullptr);
+    attention_dq_codes_kernel<true>
+        <<<static_cast<int>(blocks), kDqThreads, 0, stream>>>(dq_accum, dy, T, NH, M, scale, nullptr);
   else
-    attention_dq_codes_kernel<false><<<static_cast<int>(blocks), kDqThreads, 0, stream>>>(dq_accum, dy, T, NH,
-                                                                                          int64_t{B} * T, scale, dqkv);
+    attention_dq_codes_kernel<false>
+        <<<static_cast<int>(blocks), kDqThreads, 0, stream>>>(dq_accum, dy, T, NH, M, scale, dqkv);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -4,7 +4,9 @@
 // each timed alone: what the heuristic's first choice (the one fp8train runs with run.gemm_autotune false, and for
 // the accumulating wgrads always) leaves against the fastest candidate the heuristic offers. Comparison rows, not in
 // the layer's sum: dgrad and wgrad with fast accumulation, the forward without its bias epilogue, the forward writing
-// E4M3 (D scale and amax) with and without the bias epilogue, and BF16 mode's forward with and without it.
+// E4M3 (D scale and amax) with and without the bias epilogue, and BF16 mode's forward with and without it; for fc2,
+// BF16 mode's dgrad as kernels/matmul.cu runs it (NN layouts, the DGELU epilogue reading pre as aux) beside the same
+// with DGELU_BGRAD (fc's bias gradient from the epilogue, into a bf16 or an f32 vector) and without an epilogue.
 // Build: nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a gemm_sweep.cu -lcublasLt -o gemm_sweep
 // Usage: gemm_sweep [C ROWS [CANDIDATES]]   (default 1600 16384 32: GPT-2 1.5B, B=16, T=1024)
 #include <cublasLt.h>
@@ -72,6 +74,9 @@ struct Gemm {
   bool bias, fast_accum;
   float beta;
   bool variant = false;  // a comparison row, not counted in the layer's sum
+  // BF16 mode's fc2 dgrad (NN layouts, as matmul_backward_input_dgelu): 0 no epilogue, 1 DGELU (aux: pre),
+  // 2 DGELU_BGRAD with a bf16 bias gradient, 3 DGELU_BGRAD with an f32 one. -1: the TN rows above.
+  int dgelu = -1;
 };
 
 struct Timed {
@@ -137,12 +142,29 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
   }
   CK(cudaMemset(D, 0, d_bytes));
   CK(cudaGetLastError());
+  const bool nn = g.dgelu >= 0;
+  uint8_t *aux = nullptr, *bgrad = nullptr;  // pre (m x n bf16, as D) and the bias gradient (m, f32 room)
+  if (g.dgelu >= 1) {
+    CK(cudaMalloc(&aux, d_bytes));
+    CK(cudaMemset(aux, 0x3C, d_bytes));
+    CK(cudaMalloc(&bgrad, size_t{4} * g.m));
+  }
 
   cublasLtMatmulDesc_t desc;
   LK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+  set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, nn ? CUBLAS_OP_N : CUBLAS_OP_T);
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
-  set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+  cublasLtEpilogue_t epilogue = g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (g.dgelu >= 1) epilogue = g.dgelu == 1 ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  if (g.dgelu >= 1) {
+    set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(aux));
+    set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{g.m});
+  }
+  if (g.dgelu >= 2) {
+    set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, g.dgelu == 2 ? CUDA_R_16BF : CUDA_R_32F);
+    set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(bgrad));
+  }
   set_desc(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(g.fast_accum ? 1 : 0));
   if (!bf16_in) {
     set_desc(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale);
@@ -160,7 +182,10 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
     set_desc(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, scale + 4);
   }
   cublasLtMatrixLayout_t la, lb, lc, ld;
-  LK(cublasLtMatrixLayoutCreate(&la, g.a, g.k, g.m, g.k));
+  if (nn)  // A (m x k) and B (k x n) column-major, as the weight (C, 4C) and dout (M, C) row-major are
+    LK(cublasLtMatrixLayoutCreate(&la, g.a, g.m, g.k, g.m));
+  else
+    LK(cublasLtMatrixLayoutCreate(&la, g.a, g.k, g.m, g.k));
   LK(cublasLtMatrixLayoutCreate(&lb, g.b, g.k, g.n, g.k));
   LK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, g.m, g.n, g.m));
   LK(cublasLtMatrixLayoutCreate(&ld, g.d, g.m, g.n, g.m));
@@ -196,6 +221,8 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
   CK(cudaFree(A));
   CK(cudaFree(B));
   CK(cudaFree(D));
+  if (aux) CK(cudaFree(aux));
+  if (bgrad) CK(cudaFree(bgrad));
   return timed;
 }
 
@@ -244,6 +271,12 @@ int main(int argc, char** argv) {
     gemms.push_back({name("fwd-e4m3-nobias"), l.oc, M, l.ic, e4, e4, e4, false, true, 0.0f, true});
     gemms.push_back({name("bf16 fwd"), l.oc, M, l.ic, h, h, h, true, false, 0.0f, true});
     gemms.push_back({name("bf16 fwd-nobias"), l.oc, M, l.ic, h, h, h, false, false, 0.0f, true});
+    if (l.ic == 4 * C) {  // fc2: BF16 mode's dgrad into d(pre), m = fc2's input channels (4C)
+      const char* what[] = {"bf16 dgrad-nn", "bf16 dgrad-dgelu", "bf16 dgrad-dgelu-bgrad16",
+                            "bf16 dgrad-dgelu-bgrad32"};
+      for (int e = 0; e < 4; ++e)
+        gemms.push_back({name(what[e]), l.ic, M, l.oc, h, h, h, false, false, 0.0f, true, e});
+    }
   }
   std::printf("| GEMM | m | n | k | first us | first TFLOP/s | best us | best TFLOP/s | best index | first/best |"
               " first tile,stages,splitk,cluster | best tile,stages,splitk,cluster | candidates |\n");
