@@ -75,9 +75,9 @@ Var add(const Var& a, const Var& b, RowStats* stats, const Var& b_bias) {
     // Such a b whose producer takes its gradient as dy codes or asks for its column sums: the node recorded next, the
     // last to add into y's gradient, may write them (residual_dy_cell); b's gradient is then pending as codes when
     // this backward runs, or b gets it as it is with the sums beside it (GradCell::dy_colsum).
-    const bool b_codes = b_shares && a != b && (b->grad_cell->fp8_dy || b->grad_cell->dy_colsum_request);
+    const bool b_residual = b_shares && a != b && (b->grad_cell->fp8_dy || b->grad_cell->dy_colsum_request);
     // Only gradient handles are held: add needs neither input's value in backward.
-    current_tape()->record("add", [ag = grad_ref(a), bg = grad_ref(b), yg = grad_ref(y), b_shares, b_codes] {
+    current_tape()->record("add", [ag = grad_ref(a), bg = grad_ref(b), yg = grad_ref(y), b_shares, b_residual] {
       const Tensor& dout = grad_of(yg);
       // A gradient that does not exist yet takes d(out) as it is instead of a zero fill and an add:
       // `a` shares d(out)'s buffer (y's backward is done, so nothing else writes it). `b` gets a copy, as later
@@ -92,7 +92,7 @@ Var add(const Var& a, const Var& b, RowStats* stats, const Var& b_bias) {
           add_(grad_of(ag), dout);
       }
       const PendingGrad& bp = bg.cell->pending;
-      if (bg.requires_grad && !(b_codes && (bp.dy_codes.defined() || bp.dy_codes_t.defined()))) {
+      if (bg.requires_grad && !(b_residual && (bp.dy_codes.defined() || bp.dy_codes_t.defined()))) {
         if (!grad_exists(bg) && dout.dtype() == bg.dtype && dout.device() == bg.device) {
           if (b_shares) {
             bg.cell->grad = dout.view(bg.shape);
@@ -105,7 +105,7 @@ Var add(const Var& a, const Var& b, RowStats* stats, const Var& b_bias) {
         }
       }
     });
-    if (b_codes) {
+    if (b_residual) {
       y->grad_cell->residual_b = b->grad_cell;
       y->grad_cell->residual_tape = current_tape()->id();
       y->grad_cell->residual_node = current_tape()->size() - 1;

@@ -78,11 +78,11 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
             // FiniteWatch (it reads every gradient as written). Another reader of the gradient before the producer
             // takes it gets the bf16 gradient, computed again (materialize).
             const Fp8DyRequest* request = accumulate || finite_watch() ? nullptr : qg.cell->fp8_dy.get();
+            const cuda_ops::AttentionSaved forms{.qkv = read_codes ? nullptr : &qv,
+                                                 .qkv_codes = read_codes ? &saved : nullptr,
+                                                 .out = has_oc ? nullptr : &ov,
+                                                 .out_codes = has_oc ? &oc : nullptr};
             if (request && cuda_ops::attention_writes_dy_codes(qg.shape, n_head)) {
-              const cuda_ops::AttentionSaved forms{.qkv = read_codes ? nullptr : &qv,
-                                                   .qkv_codes = read_codes ? &saved : nullptr,
-                                                   .out = has_oc ? nullptr : &ov,
-                                                   .out_codes = has_oc ? &oc : nullptr};
               PendingGrad p = cuda_ops::attention_backward_dy_codes(*request, dout, forms, lse, n_head);
               p.materialize = [run, shape = qg.shape, device = qg.device](const Tensor&, const Tensor&) {
                 Tensor g = Tensor::empty(shape, DType::bf16, device, MemCategory::activations);
@@ -95,10 +95,6 @@ Var attention(const Var& qkv, int n_head, bool store_fp8) {
             if (!accumulate) qg.cell->grad = Tensor::empty(qg.shape, qg.dtype, qg.device, MemCategory::activations);
             if (qkv_sums && !accumulate && !finite_watch() && !qg.cell->dy_colsum.defined() &&
                 cuda_ops::attention_writes_dy_codes(qg.shape, n_head)) {
-              const cuda_ops::AttentionSaved forms{.qkv = read_codes ? nullptr : &qv,
-                                                   .qkv_codes = read_codes ? &saved : nullptr,
-                                                   .out = has_oc ? nullptr : &ov,
-                                                   .out_codes = has_oc ? &oc : nullptr};
               Tensor sums = Tensor::empty({qg.shape.back()}, DType::f32, qg.device, MemCategory::workspace);
               cuda_ops::attention_backward_colsum(qg.cell->grad, sums, dout, forms, lse, n_head);
               qg.cell->dy_colsum = std::move(sums);

@@ -112,16 +112,11 @@ std::vector<StepResult> run_residual(int64_t M, int C, ActivationStorage storage
   Fp8Config cfg;
   cfg.activation_storage = storage;
   Fp8LinearState proj_st("h.0.attn.c_proj", cfg), fc_st("h.0.mlp.c_fc", cfg);
-  auto param = [](std::vector<float> v, Shape s) {
-    Var p = make_var(upload(round_bf16(std::move(v)), s, DType::bf16), true);
-    p->grad = Tensor::zeros(s, DType::f32, kGpu, MemCategory::gradients);
-    return p;
-  };
   std::mt19937_64 gen(7);  // the same inputs for both runs
   rng() = gen;
-  const Var pw = param(randn(int64_t{C} * C, 0.05f), {C, C}), pb = param(randn(C, 0.1f), {C});
-  const Var fw = param(randn(int64_t{4} * C * C, 0.05f), {4 * C, C}), fb = param(randn(4 * C, 0.1f), {4 * C});
-  const Var lw = param(randn(C, 0.2f), {C}), lb = param(randn(C, 0.1f), {C});
+  const Var pw = bf16_param(randn(int64_t{C} * C, 0.05f), {C, C}), pb = bf16_param(randn(C, 0.1f), {C});
+  const Var fw = bf16_param(randn(int64_t{4} * C * C, 0.05f), {4 * C, C}), fb = bf16_param(randn(4 * C, 0.1f), {4 * C});
+  const Var lw = bf16_param(randn(C, 0.2f), {C}), lb = bf16_param(randn(C, 0.1f), {C});
   std::vector<StepResult> steps;
   for (int step = 0; step < 2; ++step) {
     Var x = make_var(upload(round_bf16(randn(M * C)), {M, C}, DType::bf16), true);

@@ -64,18 +64,13 @@ struct StepResult {
 // writing ln's output in its pass (RowStats::norm_w). `fused`: proj asks for its dy's column sums and ln's backward
 // writes them; else the request is withdrawn before the add and proj sums dy's columns itself.
 StepResult run_residual(int64_t M, int C, bool mlp, bool fused) {
-  auto param = [](std::vector<float> v, Shape s) {
-    Var p = make_var(upload(round_bf16(std::move(v)), s, DType::bf16), true);
-    p->grad = Tensor::zeros(s, DType::f32, kGpu, MemCategory::gradients);
-    return p;
-  };
   std::mt19937_64 gen(11);  // the same inputs for both runs
   rng() = gen;
   const int64_t H = mlp ? 4 * C : C;
-  const Var w1 = param(randn(H * C, 0.05f), {H, C}), b1 = param(randn(H, 0.1f), {H});
-  const Var pw = param(randn(int64_t{C} * H, 0.05f), {C, H}), pb = param(randn(C, 0.1f), {C});
-  const Var fw = param(randn(int64_t{4} * C * C, 0.05f), {4 * C, C}), fb = param(randn(4 * C, 0.1f), {4 * C});
-  const Var lw = param(randn(C, 0.2f), {C}), lb = param(randn(C, 0.1f), {C});
+  const Var w1 = bf16_param(randn(H * C, 0.05f), {H, C}), b1 = bf16_param(randn(H, 0.1f), {H});
+  const Var pw = bf16_param(randn(int64_t{C} * H, 0.05f), {C, H}), pb = bf16_param(randn(C, 0.1f), {C});
+  const Var fw = bf16_param(randn(int64_t{4} * C * C, 0.05f), {4 * C, C}), fb = bf16_param(randn(4 * C, 0.1f), {4 * C});
+  const Var lw = bf16_param(randn(C, 0.2f), {C}), lb = bf16_param(randn(C, 0.1f), {C});
   const Var x = make_var(upload(round_bf16(randn(M * C)), {M, C}, DType::bf16), true);
   const Var h = make_var(upload(round_bf16(randn(M * C)), {M, C}, DType::bf16), true);
   const Tensor dout = upload(round_bf16(randn(M * 4 * C, 1e-2f)), {M, 4 * C}, DType::bf16);

@@ -1,10 +1,12 @@
 // One LayerNorm backward's inputs for the GPU tests of what the backward writes beside dinp (dy codes, column sums):
 // random rows x (N, C), weight and bias, dout, a random dinp to start from (the backward accumulates), and the
-// forward's mean and rstd.
+// forward's mean and rstd; and the parameters of those tests' residual branches (bf16_param).
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "autograd/variable.h"
 #include "kernels/layernorm.cuh"
 #include "kernels/stream.cuh"
 #include "util/gpu_test_util.h"
@@ -30,6 +32,13 @@ struct LayerNormBackwardCase {
     return r;
   }
 };
+
+// A parameter of the residual-branch tests: bf16 values on the GPU (rounded from `v`), a zeroed f32 gradient.
+inline Var bf16_param(std::vector<float> v, Shape s) {
+  Var p = make_var(upload(round_bf16(std::move(v)), s, DType::bf16), true);
+  p->grad = Tensor::zeros(s, DType::f32, kGpu, MemCategory::gradients);
+  return p;
+}
 
 inline LayerNormBackwardCase make_layernorm_case(int64_t N, int C) {
   LayerNormBackwardCase l;
