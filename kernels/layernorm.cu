@@ -171,9 +171,15 @@ __device__ __forceinline__ void store_row8(float* p, const float (&v)[8]) {
 // dy's E5M2 codes (LayerNormDyCodes; convert8, the cast's bit for bit): a lane's 8 codes of its row go to dy.codes in
 // one 8-byte store (the launcher transposes them for dy.codes_t); their column sums ride with dw's and db's, the
 // statistics are flushed once per block. kOut colsum: those column sums alone (a BF16 linear's bias gradient).
+// The first pass asks L2 for the row's dinp (first touched in the second pass): its DRAM wait then overlaps the first
+// pass instead of stalling each chunk of the second (one H100: -5% at C 768, -7% with the codes; unchanged at C 1600;
+// holding dinp in registers lost occupancy and was slower: docs/perf-notes.md, fortieth session). The column-sum
+// variant at C <= 1024 is held to 64 registers, 4 blocks per SM as the plain one gets (-5% more at C 768; at C 1600
+// that spills and is slower).
 enum class DyOut { none, codes, colsum };
 template <int kChunks, DyOut kOut>
-__global__ void __launch_bounds__(32 * kRowsPerBlock, kOut == DyOut::codes ? 3 : 0)
+__global__ void __launch_bounds__(32 * kRowsPerBlock,
+                                  kOut == DyOut::codes ? 3 : (kOut == DyOut::colsum && kChunks <= 4 ? 4 : 0))
     layernorm_backward_fused_kernel(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
                                     const float* mean, const float* rstd, int64_t N, int C, LayerNormDyCodes dy) {
   constexpr bool kCodes = kOut == DyOut::codes, kSums = kOut != DyOut::none;
@@ -204,6 +210,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, kOut == DyOut::codes ? 3 :
         const int c0 = k * 256 + lane * 8;
         if (c0 >= C) break;
         float xv[8], dv[8], wv[8];
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(dx + c0));
         load8<true>(x, c0, C, xv);
         load8<true>(dy_row, c0, C, dv);
         load8<true>(w, c0, C, wv);
