@@ -11,7 +11,6 @@
 
 #include "autograd/tape.h"
 #include "fp8/device_meta.h"
-#include "fp8/saved.h"
 #include "kernels/attention.cuh"
 #include "kernels/fp8_cast.cuh"
 #include "kernels/stream.cuh"

@@ -18,8 +18,8 @@
 #include "ops/fp8_linear.h"
 #include "ops/ops.h"
 #include "util/fp8_test_util.h"
-#include "util/layernorm_test_util.h"
 #include "util/gpu_test_util.h"
+#include "util/layernorm_test_util.h"
 
 using namespace fp8t;
 using namespace fp8t::test;

@@ -10,11 +10,10 @@
 
 #include "autograd/tape.h"
 #include "kernels/layernorm.cuh"
-#include "kernels/stream.cuh"
 #include "ops/ops.h"
 #include "util/fp8_test_util.h"
-#include "util/layernorm_test_util.h"
 #include "util/gpu_test_util.h"
+#include "util/layernorm_test_util.h"
 
 using namespace fp8t;
 using namespace fp8t::test;
