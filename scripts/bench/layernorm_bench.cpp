@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <random>
 #include <vector>
 
@@ -33,9 +34,7 @@ std::vector<bf16> random_bf16(size_t n, std::mt19937& rng, float sd, float mean 
   return v;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: %s N C [iterations]\n", argv[0]);
     return 2;
@@ -91,4 +90,15 @@ int main(int argc, char** argv) {
     std::printf("| %lld | %d | %s | %.1f | %.0f |\n", static_cast<long long>(N), C, f.name, us, bytes / us / 1e3);
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // a CUDA error (no device, out of memory for N x C): said, not a signal
+    std::fprintf(stderr, "layernorm_bench: %s\n", e.what());
+    return 1;
+  }
 }
