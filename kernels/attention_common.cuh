@@ -282,6 +282,29 @@ struct BackwardBlock {
   }
 };
 
+// The main pass's dK (times the softmax scale) and dV of this thread added into dqkv (B, T, 3C) bf16, written over it
+// unless `accumulate`: from the m16n8 accumulators dk[j][2 r + e] of rows key_lo + g + 8 r, channels 8 j + 2 t + e.
+template <int KEYS, int HS>
+__device__ __forceinline__ void add_dkv(bf16* dqkv, const float (&dk)[8][4], const float (&dv)[8][4], float scale,
+                                        bool accumulate, const BackwardBlock<KEYS, HS>& blk, int T) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int ki = blk.key_lo + blk.g + 8 * r;
+    if (ki >= T) continue;
+    bf16* dk_dst = dqkv + (int64_t{blk.b} * T + ki) * blk.ld + blk.C + blk.h * HS + 2 * blk.t;
+    bf16* dv_dst = dk_dst + blk.C;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      auto* pk = reinterpret_cast<__nv_bfloat162*>(dk_dst + 8 * j);
+      auto* pv = reinterpret_cast<__nv_bfloat162*>(dv_dst + 8 * j);
+      const float2 ok = accumulate ? __bfloat1622float2(*pk) : float2{0.0f, 0.0f};
+      const float2 ov = accumulate ? __bfloat1622float2(*pv) : float2{0.0f, 0.0f};
+      *pk = __floats2bfloat162_rn(ok.x + scale * dk[j][2 * r], ok.y + scale * dk[j][2 * r + 1]);
+      *pv = __floats2bfloat162_rn(ov.x + dv[j][2 * r], ov.y + dv[j][2 * r + 1]);
+    }
+  }
+}
+
 // Heads per group: each head's Q, K, V, dO (bf16) and dq_accum (f32) rows are 12 T HS bytes, and ~8 MiB per
 // group keeps a few groups in L2. Grids of fewer than 8 waves take one group of all heads, which is the plain
 // key-block-major order: there the last group's long blocks would start too late (a simulated tail of up to

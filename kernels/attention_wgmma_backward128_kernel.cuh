@@ -266,24 +266,7 @@ __global__ void __launch_bounds__(kThreads128, 1)
     write_dkv_codes<false>(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T, blk.C,
                            int64_t{BH / NH} * T, wl, blk.g, blk.t, tid % 128, dqkv);
   } else {
-    // dK (scaled) and dV added into dqkv (written over it unless `accumulate`): rows key_lo + g (+ 8), channels
-    // 8 j + 2 t (+ 1).
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int ki = blk.key_lo + blk.g + 8 * r;
-      if (ki >= T) continue;
-      bf16* dk_dst = dqkv + (int64_t{blk.b} * T + ki) * blk.ld + blk.C + blk.h * kHs + 2 * blk.t;
-      bf16* dv_dst = dk_dst + blk.C;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        auto* pk = reinterpret_cast<__nv_bfloat162*>(dk_dst + 8 * j);
-        auto* pv = reinterpret_cast<__nv_bfloat162*>(dv_dst + 8 * j);
-        const float2 ok = accumulate ? __bfloat1622float2(*pk) : float2{0.0f, 0.0f};
-        const float2 ov = accumulate ? __bfloat1622float2(*pv) : float2{0.0f, 0.0f};
-        *pk = __floats2bfloat162_rn(ok.x + scale * dk[j][2 * r], ok.y + scale * dk[j][2 * r + 1]);
-        *pv = __floats2bfloat162_rn(ov.x + dv[j][2 * r], ov.y + dv[j][2 * r + 1]);
-      }
-    }
+    add_dkv(dqkv, dk, dv, scale, accumulate, blk, T);  // dK (scaled) and dV into dqkv
   }
 }
 

@@ -239,24 +239,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     write_dkv_codes(dk, dv, scale, dy, sQ, blk.b, blk.h, blk.k0, T, blk.C, int64_t{BH / NH} * T, blk.warp, blk.g,
                     blk.t);
   } else {
-    // dK (scaled) and dV added into dqkv (written over it unless `accumulate`): rows key_lo + g (+ 8), channels
-    // 8 j + 2 t (+ 1).
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int ki = blk.key_lo + blk.g + 8 * r;
-      if (ki >= T) continue;
-      bf16* dk_dst = dqkv + (int64_t{blk.b} * T + ki) * blk.ld + blk.C + blk.h * kHs + 2 * blk.t;
-      bf16* dv_dst = dk_dst + blk.C;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        auto* pk = reinterpret_cast<__nv_bfloat162*>(dk_dst + 8 * j);
-        auto* pv = reinterpret_cast<__nv_bfloat162*>(dv_dst + 8 * j);
-        const float2 ok = accumulate ? __bfloat1622float2(*pk) : float2{0.0f, 0.0f};
-        const float2 ov = accumulate ? __bfloat1622float2(*pv) : float2{0.0f, 0.0f};
-        *pk = __floats2bfloat162_rn(ok.x + scale * dk[j][2 * r], ok.y + scale * dk[j][2 * r + 1]);
-        *pv = __floats2bfloat162_rn(ov.x + dv[j][2 * r], ov.y + dv[j][2 * r + 1]);
-      }
-    }
+    add_dkv(dqkv, dk, dv, scale, accumulate, blk, T);  // dK (scaled) and dV into dqkv
   }
 }
 
