@@ -1,9 +1,6 @@
 // Under mpirun: a ZeRO-1 checkpoint lists every rank's optimizer shard in its manifest (each rank's digest
 // computed as it wrote its file), resumes bit for bit on the same ranks, and every rank refuses it when one
 // rank's shard is damaged.
-#include <mpi.h>
-#include <unistd.h>
-
 #include <catch2/catch_test_macros.hpp>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +12,7 @@
 #include "dist/comm.h"
 #include "train/checkpoint_manifest.h"
 #include "train/trainer.h"
+#include "tests/mpi/mpi_test_util.h"
 
 using namespace fp8t;
 namespace fs = std::filesystem;
@@ -24,12 +22,6 @@ namespace {
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};
-}
-
-fs::path job_root() {
-  int pid = ::getpid();
-  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  return fs::temp_directory_path() / fmt::format("fp8t_mpi_ckpt_{}", pid);
 }
 
 Config zero1_run(const fs::path& root, const std::string& name) {
@@ -49,10 +41,9 @@ distributed: {{zero_stage: 1, timeout_s: 120}}
 
 TEST_CASE("mpi: a ZeRO-1 checkpoint's manifest lists every rank's shard - and a damaged one is refused",
           "[mpi][checkpoint]") {
-  auto comm = make_mpi_communicator();
-  comm->set_timeout(120);
+  auto comm = test::mpi_comm();
   const int R = comm->size(), me = comm->rank();
-  const fs::path root = job_root();
+  const fs::path root = test::job_root("ckpt");
   if (me == 0) {
     fs::remove_all(root);
     fs::create_directories(root / "data");

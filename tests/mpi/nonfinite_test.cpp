@@ -1,8 +1,5 @@
 // Under mpirun: a blown-up step is located on every rank (each re-runs its own micro-batches, ZeRO-2's
 // staged gradients untouched), skipping goes on in step on every rank and stops at the same step.
-#include <mpi.h>
-#include <unistd.h>
-
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <filesystem>
@@ -11,18 +8,16 @@
 #include "data/shard.h"
 #include "dist/comm.h"
 #include "train/trainer.h"
+#include "tests/mpi/mpi_test_util.h"
 
 using namespace fp8t;
 namespace fs = std::filesystem;
 
 TEST_CASE("mpi: skipping non-finite steps at ZeRO stages 0 and 2 names the first op on every rank",
           "[mpi][nonfinite]") {
-  auto comm = make_mpi_communicator();
-  comm->set_timeout(120);
+  auto comm = test::mpi_comm();
   const int R = comm->size(), me = comm->rank();
-  int pid = ::getpid();
-  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  const fs::path root = fs::temp_directory_path() / fmt::format("fp8t_mpi_nonfinite_{}", pid);
+  const fs::path root = test::job_root("nonfinite");
   if (me == 0) {
     fs::remove_all(root);
     fs::create_directories(root / "data");

@@ -7,9 +7,6 @@
 // below): the resumed run's losses of steps 5-8 and its final weights must match it within the reduction
 // tolerance measured between the FP32 runs on N and M ranks. 1-rank runs run on rank 0 alone; under -np 3
 // a 2-rank world of ranks 0 and 1 over TCP gives 2 -> 3 and 3 -> 2.
-#include <mpi.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <catch2/catch_test_macros.hpp>
 #include <cmath>
@@ -23,6 +20,7 @@
 #include "data/shard.h"
 #include "dist/comm.h"
 #include "train/trainer.h"
+#include "tests/mpi/mpi_test_util.h"
 
 using namespace fp8t;
 namespace fs = std::filesystem;
@@ -104,12 +102,9 @@ const char* world_name(World w) { return w == World::one ? "1" : w == World::two
 
 TEST_CASE("mpi: a checkpoint resumes on another number of ranks and ZeRO stage like a run there",
           "[mpi][zero][reshard]") {
-  auto mpi = make_mpi_communicator();
-  mpi->set_timeout(120);
+  auto mpi = test::mpi_comm();
   const int R = mpi->size(), me = mpi->rank();
-  int pid = ::getpid();
-  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  Job job{*mpi, fs::temp_directory_path() / fmt::format("fp8t_mpi_reshard_{}", pid), make_single_communicator(), {}};
+  Job job{*mpi, test::job_root("reshard"), make_single_communicator(), {}};
   if (me == 0) {
     fs::remove_all(job.root);
     fs::create_directories(job.root / "data");

@@ -1,10 +1,7 @@
-// Under mpirun -np 2 and -np 3: the MPI collectives on random data (aliasing included), ZeRO-2's
-// gradient shard and staging buckets reduced during every backward (within the staging bound), and 20
-// training steps at ZeRO stages 0, 1 and 2 that must end at the same weights, with stages 1 and 2
-// holding 1/N of stage 0's optimizer state per rank and stage 2 1/N of its gradients.
-#include <mpi.h>
-#include <unistd.h>
-
+// Under mpirun -np 2 and -np 3: ZeRO-2's gradient shard and staging buckets reduced during every backward
+// (within the staging bound), a sharded master's FP8 codes, and 20 training steps at ZeRO stages 0, 1 and 2
+// that must end at the same weights, stages 1 and 2 holding 1/N of stage 0's optimizer state per rank and
+// stage 2 1/N of its gradients.
 #include <algorithm>
 #include <catch2/catch_test_macros.hpp>
 #include <cmath>
@@ -21,6 +18,7 @@
 #include "dist/zero.h"
 #include "nn/gpt.h"
 #include "train/trainer.h"
+#include "tests/mpi/mpi_test_util.h"
 #include "tests/util/model_test_util.h"
 
 using namespace fp8t;
@@ -30,26 +28,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::unique_ptr<Communicator> test_comm() {
-  auto comm = make_mpi_communicator();
-  comm->set_timeout(120);  // a rank that failed a REQUIRE ends the job instead of hanging it
-  return comm;
-}
-
 std::vector<float> random_values(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = d(rng);
   return v;
-}
-
-// |a - b| <= tol * max(1, |b|) elementwise.
-bool close(const std::vector<float>& a, const std::vector<float>& b, double tol) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::abs(a[i] - b[i]) > tol * std::max(1.0f, std::abs(b[i]))) return false;
-  return true;
 }
 
 std::vector<float> read_floats(const fs::path& p) {
@@ -59,79 +43,7 @@ std::vector<float> read_floats(const fs::path& p) {
   return v;
 }
 
-// One directory for every rank of this job: rank 0's pid names it.
-fs::path shared_root(const char* what) {
-  int pid = ::getpid();
-  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  return fs::temp_directory_path() / fmt::format("fp8t_mpi_{}_{}", what, pid);
-}
-
 }  // namespace
-
-TEST_CASE("mpi: collectives on random data - including aliased buffers", "[mpi]") {
-  auto comm = test_comm();
-  const int R = comm->size(), me = comm->rank();
-  REQUIRE(R >= 2);
-  REQUIRE(comm->backend() == "mpi");
-  const int64_t n = 1037;  // odd, so nothing lines up by accident
-  std::vector<std::vector<float>> data;  // every rank's input, regenerated locally from its seed
-  for (int r = 0; r < R; ++r) data.push_back(random_values(n * R, 100 + r));
-  std::vector<float> sum(n * R, 0.0f), mx(n * R, -INFINITY);
-  for (int r = 0; r < R; ++r)
-    for (int64_t i = 0; i < n * R; ++i) {
-      sum[i] += data[r][i];
-      mx[i] = std::max(mx[i], data[r][i]);
-    }
-  auto slice = [&](const std::vector<float>& v, int r) {
-    return std::vector<float>(v.begin() + r * n, v.begin() + (r + 1) * n);
-  };
-  const double tol = 1e-5;  // FP32 sums in another order
-
-  Tensor t = Tensor::from_vector(data[me], {n * R});
-  comm->all_reduce(t, ReduceOp::sum);
-  CHECK(close(t.to_float_vector(), sum, tol));
-  t = Tensor::from_vector(data[me], {n * R});
-  comm->all_reduce(t, ReduceOp::max);
-  CHECK(t.to_float_vector() == mx);  // max is exact
-
-  // reduce_scatter into a separate buffer, then into in's own slice (aliased).
-  Tensor in = Tensor::from_vector(data[me], {n * R});
-  Tensor out = Tensor::zeros({n}, DType::f32);
-  comm->reduce_scatter(in, out, ReduceOp::sum);
-  CHECK(close(out.to_float_vector(), slice(sum, me), tol));
-  CHECK(in.to_float_vector() == data[me]);  // input untouched
-  Tensor mine = in.slice_flat(me * n, {n});
-  comm->reduce_scatter(in, mine, ReduceOp::sum);
-  CHECK(close(mine.to_float_vector(), slice(sum, me), tol));
-  Tensor in_max = Tensor::from_vector(data[me], {n * R});
-  Tensor mine_max = in_max.slice_flat(me * n, {n});
-  comm->reduce_scatter(in_max, mine_max, ReduceOp::max);
-  CHECK(mine_max.to_float_vector() == slice(mx, me));
-
-  // all_gather from a separate buffer, then from out's own slice (aliased).
-  std::vector<float> gathered;
-  for (int r = 0; r < R; ++r) {
-    const auto s = slice(data[r], r);
-    gathered.insert(gathered.end(), s.begin(), s.end());
-  }
-  Tensor part = Tensor::from_vector(slice(data[me], me), {n});
-  Tensor all = Tensor::zeros({n * R}, DType::f32);
-  comm->all_gather(part, all);
-  CHECK(all.to_float_vector() == gathered);
-  Tensor all2 = Tensor::from_vector(data[me], {n * R});
-  Tensor own = all2.slice_flat(me * n, {n});
-  comm->all_gather(own, all2);
-  CHECK(all2.to_float_vector() == gathered);
-
-  // reduce to a root, broadcast from a non-zero root, barrier.
-  Tensor red = Tensor::from_vector(data[me], {n * R});
-  comm->reduce(red, ReduceOp::sum, R - 1);
-  if (me == R - 1) CHECK(close(red.to_float_vector(), sum, tol));
-  Tensor b = Tensor::from_vector(data[me], {n * R});
-  comm->broadcast(b, 1);
-  CHECK(b.to_float_vector() == data[1]);
-  comm->barrier();
-}
 
 namespace {
 // Forwards to another communicator and counts reduce calls.
@@ -178,7 +90,7 @@ std::pair<Tensor, Tensor> batch(int rank, int micro) {
 
 TEST_CASE("mpi: ZeRO-2 keeps a gradient shard and staging buckets and matches a reduce-scatter",
           "[mpi][zero]") {
-  auto mpi = test_comm();
+  auto mpi = test::mpi_comm();
   CountingComm comm(*mpi);
   const int R = comm.size(), me = comm.rank();
   const ModelConfig mc = staged_model();
@@ -286,7 +198,7 @@ TEST_CASE("mpi: ZeRO-2 keeps a gradient shard and staging buckets and matches a 
 
 TEST_CASE("mpi: a sharded master publishes the FP8 codes and copies a whole master casts - bit for bit",
           "[mpi][zero]") {
-  auto comm = test_comm();
+  auto comm = test::mpi_comm();
   const int R = comm->size(), me = comm->rank();
   const ModelConfig mc = staged_model();  // 6 layers of 32 channels: the shard cuts fall inside weights
   for (const Fp8Scaling scaling : {Fp8Scaling::delayed, Fp8Scaling::current}) {
@@ -374,9 +286,9 @@ TEST_CASE("mpi: a sharded master publishes the FP8 codes and copies a whole mast
 }
 
 TEST_CASE("mpi: 20 steps at ZeRO stages 0 - 1 and 2 end at the same weights", "[mpi][zero][train]") {
-  auto comm = test_comm();
+  auto comm = test::mpi_comm();
   const int R = comm->size(), me = comm->rank();
-  const fs::path root = shared_root("zero");
+  const fs::path root = test::job_root("zero");
   if (me == 0) {
     fs::remove_all(root);
     fs::create_directories(root / "data");
