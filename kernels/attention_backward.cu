@@ -258,23 +258,7 @@ __global__ void __launch_bounds__(2 * BwdTile<HS>::kKeys, BwdTile<HS>::kMinBlock
     }
   }
 
-  // dK (scaled) and dV added into dqkv.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int ki = blk.key_lo + blk.g + 8 * r;
-    if (ki >= T) continue;
-    bf16* dk_dst = dqkv + (int64_t{blk.b} * T + ki) * blk.ld + blk.C + blk.h * HS + 2 * blk.t;
-    bf16* dv_dst = dk_dst + blk.C;
-#pragma unroll
-    for (int d = 0; d < HS / 8; ++d) {
-      auto* pk = reinterpret_cast<__nv_bfloat162*>(dk_dst + 8 * d);
-      auto* pv = reinterpret_cast<__nv_bfloat162*>(dv_dst + 8 * d);
-      const float2 ok = accumulate ? __bfloat1622float2(*pk) : float2{0.0f, 0.0f};
-      const float2 ov = accumulate ? __bfloat1622float2(*pv) : float2{0.0f, 0.0f};
-      *pk = __floats2bfloat162_rn(ok.x + scale * dk[d][2 * r], ok.y + scale * dk[d][2 * r + 1]);
-      *pv = __floats2bfloat162_rn(ov.x + dv[d][2 * r], ov.y + dv[d][2 * r + 1]);
-    }
-  }
+  add_dkv(dqkv, dk, dv, scale, accumulate, blk, T);  // dK (scaled) and dV into dqkv
 }
 
 // dqkv[:, :, q part] += scale * dq_accum (= unless `accumulate`); one thread per 8 channels of (B, T, C) (16-byte

@@ -285,8 +285,8 @@ struct BackwardBlock {
 // The main pass's dK (times the softmax scale) and dV of this thread added into dqkv (B, T, 3C) bf16, written over it
 // unless `accumulate`: from the m16n8 accumulators dk[j][2 r + e] of rows key_lo + g + 8 r, channels 8 j + 2 t + e.
 template <int KEYS, int HS>
-__device__ __forceinline__ void add_dkv(bf16* dqkv, const float (&dk)[8][4], const float (&dv)[8][4], float scale,
-                                        bool accumulate, const BackwardBlock<KEYS, HS>& blk, int T) {
+__device__ __forceinline__ void add_dkv(bf16* dqkv, const float (&dk)[HS / 8][4], const float (&dv)[HS / 8][4],
+                                        float scale, bool accumulate, const BackwardBlock<KEYS, HS>& blk, int T) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int ki = blk.key_lo + blk.g + 8 * r;
@@ -294,7 +294,7 @@ __device__ __forceinline__ void add_dkv(bf16* dqkv, const float (&dk)[8][4], con
     bf16* dk_dst = dqkv + (int64_t{blk.b} * T + ki) * blk.ld + blk.C + blk.h * HS + 2 * blk.t;
     bf16* dv_dst = dk_dst + blk.C;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < HS / 8; ++j) {
       auto* pk = reinterpret_cast<__nv_bfloat162*>(dk_dst + 8 * j);
       auto* pv = reinterpret_cast<__nv_bfloat162*>(dv_dst + 8 * j);
       const float2 ok = accumulate ? __bfloat1622float2(*pk) : float2{0.0f, 0.0f};
