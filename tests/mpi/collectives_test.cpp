@@ -13,14 +13,6 @@ using namespace fp8t;
 
 namespace {
 
-std::vector<float> random_values(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
 // |a - b| <= tol * max(1, |b|) elementwise.
 bool close(const std::vector<float>& a, const std::vector<float>& b, double tol) {
   if (a.size() != b.size()) return false;
@@ -38,7 +30,7 @@ TEST_CASE("mpi: collectives on random data - including aliased buffers", "[mpi]"
   REQUIRE(comm->backend() == "mpi");
   const int64_t n = 1037;  // odd, so nothing lines up by accident
   std::vector<std::vector<float>> data;  // every rank's input, regenerated locally from its seed
-  for (int r = 0; r < R; ++r) data.push_back(random_values(n * R, 100 + r));
+  for (int r = 0; r < R; ++r) data.push_back(test::seeded_normal(n * R, 100 + r));
   std::vector<float> sum(n * R, 0.0f), mx(n * R, -INFINITY);
   for (int r = 0; r < R; ++r)
     for (int64_t i = 0; i < n * R; ++i) {

@@ -28,14 +28,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<float> random_values(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
 std::vector<float> read_floats(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::vector<float> v(fs::file_size(p) / sizeof(float));
@@ -229,7 +221,7 @@ TEST_CASE("mpi: a sharded master publishes the FP8 codes and copies a whole mast
         whole.init(11);
       } else {  // an update: the same new master on both (the whole one's, cut to this rank's shard)
         std::vector<float> m = W.master().to_float_vector();
-        const std::vector<float> noise = random_values(W.padded_numel(), 100 + step);
+        const std::vector<float> noise = test::seeded_normal(W.padded_numel(), 100 + step);
         for (size_t i = 0; i < m.size(); ++i) m[i] += (i < static_cast<size_t>(W.numel())) ? 0.01f * noise[i] : 0;
         W.set_master(m.data());
         S.set_master(m.data());
