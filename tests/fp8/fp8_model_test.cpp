@@ -33,19 +33,6 @@ PrecisionConfig fp8_precision() {
   return p;
 }
 
-// Loss and the flat gradient of one forward/backward.
-std::pair<float, std::vector<float>> loss_and_grads(GPT& model, const Tensor& x, const Tensor& y, bool recompute) {
-  model.params().zero_grads();
-  Tape tape;
-  Var loss;
-  {
-    TapeScope s(&tape);
-    loss = model.loss(x, y, recompute);
-  }
-  tape.backward(loss);
-  return {loss->value.to_float_vector()[0], model.params().grads().to_float_vector()};
-}
-
 }  // namespace
 
 TEST_CASE("fp8: selective FP8 picks exactly the configured kinds and blocks", "[fp8]") {

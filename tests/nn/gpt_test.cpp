@@ -66,19 +66,8 @@ TEST_CASE("nn: initial loss is ln(V) and recompute gives identical gradients", "
   GPT model(m, Device::cpu(), DType::f32);
   model.init(3);
   const Tensor x = random_tokens(2, 8, m.vocab_size, 11), y = random_tokens(2, 8, m.vocab_size, 12);
-  auto run = [&](bool recompute) {
-    model.params().zero_grads();
-    Tape tape;
-    Var loss;
-    {
-      TapeScope s(&tape);
-      loss = model.loss(x, y, recompute);
-    }
-    tape.backward(loss);
-    return std::make_pair(loss->value.to_float_vector()[0], model.params().grads().to_float_vector());
-  };
-  const auto [l0, g0] = run(false);
-  const auto [l1, g1] = run(true);
+  const auto [l0, g0] = loss_and_grads(model, x, y, false);
+  const auto [l1, g1] = loss_and_grads(model, x, y, true);
   CHECK(l0 == Catch::Approx(std::log(100.0)).epsilon(0.02));
   CHECK(l0 == l1);
   REQUIRE(g0.size() == g1.size());

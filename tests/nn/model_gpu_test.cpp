@@ -12,33 +12,14 @@
 #include "nn/gpt.h"
 #include "ops/ops.h"
 #include "train/trainer.h"
+#include "tests/util/model_test_util.h"
 
 using namespace fp8t;
 namespace fs = std::filesystem;
 
 namespace {
-ModelConfig small_model() {
-  ModelConfig m;
-  m.n_layer = 2;
-  m.n_head = 2;  // head size 64
-  m.d_model = 128;
-  m.vocab_size = 300;  // padded to 384
-  m.seq_len = 64;
-  return m;
-}
-
-std::pair<float, std::vector<float>> loss_and_grads(GPT& model, const Tensor& x, const Tensor& y,
-                                                    bool recompute = false) {
-  model.params().zero_grads();
-  Tape tape;
-  Var loss;
-  {
-    TapeScope s(&tape);
-    loss = model.loss(x, y, recompute);
-  }
-  tape.backward(loss);
-  return {loss->value.to_float_vector()[0], model.params().grads().to_float_vector()};
-}
+// 2 layers, 2 heads of size 64, the vocabulary 300 (padded to 384), T = 64.
+ModelConfig small_model() { return test::gpt_config(2, 128, 300, 64); }
 
 // Each parameter's gradient in got within `tol` relative error (test::rel_err) of ref's; `nonzero`: ref's not zero.
 void check_grads_close(const ParameterStore& P, const std::vector<float>& got, const std::vector<float>& ref,
@@ -66,8 +47,8 @@ TEST_CASE("gpu model: BF16 GPT-2 forward and backward match the FP32 CPU model",
   Tensor xc = Tensor::empty({4, 64}, DType::i32), yc = Tensor::empty({4, 64}, DType::i32);
   std::copy(tokens.begin(), tokens.end(), xc.data<int32_t>());
   std::copy(targets.begin(), targets.end(), yc.data<int32_t>());
-  const auto [lc, gc] = loss_and_grads(cpu, xc, yc);
-  const auto [lg, gg] = loss_and_grads(gpu, xc.to(test::kGpu), yc.to(test::kGpu));
+  const auto [lc, gc] = test::loss_and_grads(cpu, xc, yc);
+  const auto [lg, gg] = test::loss_and_grads(gpu, xc.to(test::kGpu), yc.to(test::kGpu));
   CHECK(std::fabs(lc - lg) / lc < 1e-2);
   check_grads_close(cpu.params(), gg, gc, 5e-2);  // BF16 activations, FP32 accumulation
 }
@@ -146,8 +127,8 @@ TEST_CASE("gpu model: FP8 block recompute - the loss bit for bit, the gradients 
     const Tensor xg = x.to(test::kGpu), yg = y.to(test::kGpu);
     for (int step = 0; step < 2; ++step) {
       INFO("step " << step + 1);
-      const auto [la, ga] = loss_and_grads(plain, xg, yg, false);
-      const auto [lb, gb] = loss_and_grads(recomputed, xg, yg, true);
+      const auto [la, ga] = test::loss_and_grads(plain, xg, yg, false);
+      const auto [lb, gb] = test::loss_and_grads(recomputed, xg, yg, true);
       CHECK(la == lb);
       check_grads_close(plain.params(), gb, ga, 1e-2, /*nonzero=*/true);
     }

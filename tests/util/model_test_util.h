@@ -1,10 +1,14 @@
-// Helpers for CPU model tests: a tiny GPT configuration and random token batches.
+// Helpers for model tests: a tiny GPT configuration, random token batches, one step's loss and gradients.
 #pragma once
 #include <cstdint>
 #include <random>
+#include <utility>
+#include <vector>
 
+#include "autograd/tape.h"
 #include "config/config.h"
 #include "core/tensor.h"
+#include "nn/gpt.h"
 
 namespace fp8t::test {
 
@@ -29,6 +33,20 @@ inline Tensor random_tokens(int B, int T, int V, uint32_t seed) {
   std::mt19937 rng(seed);
   for (int64_t i = 0; i < t.numel(); ++i) t.data<int32_t>()[i] = static_cast<int32_t>(rng() % V);
   return t;
+}
+
+// The loss and the flat gradient of one forward and backward of `model` on (x, y), from zeroed gradients.
+inline std::pair<float, std::vector<float>> loss_and_grads(GPT& model, const Tensor& x, const Tensor& y,
+                                                           bool recompute = false) {
+  model.params().zero_grads();
+  Tape tape;
+  Var loss;
+  {
+    TapeScope s(&tape);
+    loss = model.loss(x, y, recompute);
+  }
+  tape.backward(loss);
+  return {loss->value.to_float_vector()[0], model.params().grads().to_float_vector()};
 }
 
 }  // namespace fp8t::test
