@@ -56,6 +56,18 @@ __global__ void add_runs_kernel(bf16* dst, const float* src, AddRuns runs) {
     dst[r.dst_offset + i] = from_f<bf16>(to_f(dst[r.dst_offset + i]) + src[r.src_offset + i]);
 }
 
+struct ZeroRuns {
+  ZeroRun run[kMaxAddRuns];
+};
+static_assert(sizeof(ZeroRuns) <= 4000, "kernel arguments up to 4 KB");
+
+// Block b zeroes run b.
+template <typename W>
+__global__ void zero_runs_kernel(W* dst, ZeroRuns runs) {
+  const ZeroRun r = runs.run[blockIdx.x];
+  for (int64_t i = threadIdx.x; i < r.n; i += blockDim.x) dst[r.offset + i] = W{0};
+}
+
 template <typename D, typename S>
 __global__ void cast_kernel(D* dst, const S* src, size_t n) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x)
@@ -114,6 +126,20 @@ void add_runs(uint16_t* dst, const float* src, const AddRun* runs, int count, cu
     AddRuns arg{};
     std::copy(runs + first, runs + first + n, arg.run);
     add_runs_kernel<<<n, kThreads, 0, stream>>>(reinterpret_cast<bf16*>(dst), src, arg);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+void zero_runs(void* dst, int elem_bytes, const ZeroRun* runs, int count, cudaStream_t stream) {
+  FP8T_CHECK(elem_bytes == 2 || elem_bytes == 4, "zero_runs: elements of {} bytes (2 or 4)", elem_bytes);
+  for (int first = 0; first < count; first += kMaxAddRuns) {
+    const int n = std::min(kMaxAddRuns, count - first);
+    ZeroRuns arg{};
+    std::copy(runs + first, runs + first + n, arg.run);
+    if (elem_bytes == 2)
+      zero_runs_kernel<<<n, kThreads, 0, stream>>>(static_cast<uint16_t*>(dst), arg);
+    else
+      zero_runs_kernel<<<n, kThreads, 0, stream>>>(static_cast<uint32_t*>(dst), arg);
     CUDA_CHECK_LAUNCH();
   }
 }

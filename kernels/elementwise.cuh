@@ -21,5 +21,8 @@ inline constexpr int kMaxAddRuns = 240;
 // dst (bf16 bits) += src (f32) over `count` runs (a host array), each element rounded once
 // as add_inplace rounds it; one block per run.
 void add_runs(uint16_t* dst, const float* src, const AddRun* runs, int count, cudaStream_t stream);
+// dst (elements of elem_bytes, 2 or 4) = 0 over `count` runs (a host array), at most kMaxAddRuns per launch; one
+// block per run.
+void zero_runs(void* dst, int elem_bytes, const ZeroRun* runs, int count, cudaStream_t stream);
 
 }  // namespace fp8t::kernels

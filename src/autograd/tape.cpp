@@ -14,8 +14,14 @@ thread_local Tape* g_tape = nullptr;
 // The progress hook of the backward running on this thread (null if none), for checkpoint's inner tape.
 thread_local const std::function<void(size_t)>* g_progress_hook = nullptr;
 
-// Writes a pending gradient, or makes one through make_grad; true when the gradient then exists.
+// Writes a pending gradient, or makes one through make_grad, or zeroes a stale one; true when the gradient then
+// exists.
 bool settle_or_make(GradCell& cell) {
+  if (cell.stale) {
+    cell.grad.zero_();
+    cell.stale = false;
+    return true;
+  }
   settle_grad(cell);
   if (!cell.grad.defined() && cell.make_grad) {
     cell.grad = cell.make_grad();

@@ -74,6 +74,10 @@ struct GradCell {
   // parameter whose gradient lives in a staging bucket allocated on demand (ZeRO-2, dist/zero.h).
   // Such a gradient counts as existing (grad_exists), so ops accumulate into it and never assign one.
   std::function<Tensor()> make_grad;
+  // Set on a parameter by ParameterStore::zero_grads_deferred: `grad` still holds the last step's values. The first
+  // op that writes it this step either overwrites it (grad_for_write: a weight-gradient GEMM with beta 0) or, through
+  // grad_of / grad_exists, finds it zeroed first; ParameterStore::zero_stale_grads zeroes any left untouched.
+  bool stale = false;
   // A parameter's persistent accumulator (ParameterStore::arm_accumulators, where the gradient is not f32): an op
   // that sums into f32 and adds that into the gradient once (ops/grad_sink.h) takes it instead of a zero-filled
   // temporary while `accumulator_armed` says it is zero and unused in this micro-step. `accumulator_deferred`: that

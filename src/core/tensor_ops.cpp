@@ -119,6 +119,21 @@ void add_runs_(Tensor& dst, const Tensor& src, const std::vector<AddRun>& runs) 
       store(dst, r.dst_offset + i, load(dst, r.dst_offset + i) + load(src, r.src_offset + i));
 }
 
+void zero_runs_(Tensor& dst, const std::vector<ZeroRun>& runs) {
+  const size_t elem = dtype_size(dst.dtype());
+  for (const ZeroRun& r : runs)
+    FP8T_CHECK(r.n >= 0 && r.offset >= 0 && r.offset + r.n <= dst.numel(),
+               "zero_runs_: run ({}, {} long) lies outside {}", r.offset, r.n, dst.str());
+  if (runs.empty()) return;
+  if (dst.device().is_cuda()) {
+    FP8T_CUDA_ONLY("zero_runs_", k::zero_runs(dst.raw(), static_cast<int>(elem), runs.data(),
+                                              static_cast<int>(runs.size()), k::compute_stream()));
+    return;
+  }
+  for (const ZeroRun& r : runs)
+    std::memset(static_cast<char*>(dst.raw()) + r.offset * elem, 0, static_cast<size_t>(r.n) * elem);
+}
+
 void scale_(Tensor& t, float s) {
   if (t.device().is_cuda()) {
     FP8T_CUDA_ONLY("scale_", expect_cuda_float(t, "scale_");

@@ -18,6 +18,8 @@ void add_(Tensor& dst, const Tensor& src);  // dst += src (same numel; f32/f64/b
 // add_ over several runs of a bf16 dst and an f32 src in one pass (one launch per kernels::kMaxAddRuns runs on
 // CUDA): each element as add_ rounds it. Runs must not overlap in dst.
 void add_runs_(Tensor& dst, const Tensor& src, const std::vector<AddRun>& runs);
+// dst[r.offset, r.offset + r.n) = 0 for each run, in one pass (one launch per kernels::kMaxAddRuns runs on CUDA).
+void zero_runs_(Tensor& dst, const std::vector<ZeroRun>& runs);
 void scale_(Tensor& t, float s);
 Tensor cast(const Tensor& t, DType dtype, MemCategory cat = MemCategory::activations);  // f32<->f64<->bf16
 void cast_into(Tensor& dst, const Tensor& src);  // dst (its dtype) = src converted; same numel and device

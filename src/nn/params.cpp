@@ -94,7 +94,52 @@ std::vector<DecaySegment> ParameterStore::segments(int64_t begin, int64_t end) c
   return out;
 }
 
-void ParameterStore::zero_grads() { grads_.zero_(); }
+void ParameterStore::zero_grads() {
+  grads_.zero_();
+  for (const Var& v : vars_) v->grad_cell->stale = false;
+}
+
+void ParameterStore::zero_grads_deferred() {
+  const bool staged =
+      std::any_of(vars_.begin(), vars_.end(), [](const Var& v) { return static_cast<bool>(v->grad_cell->make_grad); });
+  if (grads_sharded() || staged) return zero_grads();
+  if (eager_zero_runs_.empty()) {
+    for (const ParamSpec& s : specs_) {
+      if (s.shape.size() == 2) continue;
+      ZeroRun* last = eager_zero_runs_.empty() ? nullptr : &eager_zero_runs_.back();
+      if (last && last->offset + last->n == s.offset)
+        last->n += s.numel();
+      else
+        eager_zero_runs_.push_back({s.offset, s.numel()});
+    }
+  }
+  zero_runs_(grads_, eager_zero_runs_);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    GradCell& cell = *vars_[i]->grad_cell;
+    FP8T_CHECK(cell.grad.defined(), "zero_grads_deferred: {} has no view of the gradient buffer", specs_[i].name);
+    cell.stale = specs_[i].shape.size() == 2;
+  }
+}
+
+void ParameterStore::zero_stale_grads() {
+  for (const Var& v : vars_) {
+    GradCell& cell = *v->grad_cell;
+    if (!cell.stale) continue;
+    cell.grad.zero_();
+    cell.stale = false;
+  }
+}
+
+std::vector<bool> ParameterStore::stale_grads() const {
+  std::vector<bool> out;
+  for (const Var& v : vars_) out.push_back(v->grad_cell->stale);
+  return out;
+}
+
+void ParameterStore::set_stale_grads(const std::vector<bool>& stale) {
+  FP8T_CHECK(stale.size() == vars_.size(), "set_stale_grads: {} marks for {} parameters", stale.size(), vars_.size());
+  for (size_t i = 0; i < vars_.size(); ++i) vars_[i]->grad_cell->stale = stale[i];
+}
 
 void ParameterStore::arm_accumulators(bool defer_commits) {
   if (grad_dtype() == DType::f32) return;

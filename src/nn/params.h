@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "autograd/variable.h"
+#include "core/add_run.h"
 #include "core/tensor.h"
 
 namespace fp8t {
@@ -99,6 +100,18 @@ class ParameterStore {
   std::vector<DecaySegment> segments(int64_t begin, int64_t end) const;
 
   void zero_grads();  // grads(): the whole buffer, or the shard
+  // zero_grads without writing most of the buffer again (the trainer's step): the matrices' gradients are only marked
+  // stale (GradCell::stale), so that their weight-gradient GEMMs overwrite them (beta 0) and any other first writer
+  // finds them zeroed; the rest (biases, LayerNorm weights) are zeroed in one pass. Call zero_stale_grads() after the
+  // step's last backward, before anything reads grads(). Where the gradients are sharded or staged (make_grad: ZeRO-2
+  // on several ranks), as zero_grads().
+  void zero_grads_deferred();
+  // Zeroes the gradients still stale (normally none: every matrix has a writer), so that grads() holds the step's.
+  void zero_stale_grads();
+  // Which parameters are stale, and setting them so: a replayed CUDA graph of a micro-step leaves the gradients as
+  // the captured run left them, while the host code that clears the marks does not run.
+  std::vector<bool> stale_grads() const;
+  void set_stale_grads(const std::vector<bool>& stale);
   // Where gradients are not f32: zeroes the f32 accumulators of the one-dimensional parameters (biases and
   // LayerNorm weights, whose ops sum into f32 and add that into the gradient once; ops/grad_sink.h) in one
   // pass and arms them for one micro-step (GradCell::accumulator). Allocated on the first call. Call it before
@@ -120,6 +133,7 @@ class ParameterStore {
   std::vector<int64_t> codes_offset_;    // sharded master: each parameter's offset in codes_, or -1
   Tensor master_, grads_, compute_, codes_;
   Tensor accumulators_;  // arm_accumulators: f32, the one-dimensional parameters' packed
+  std::vector<ZeroRun> eager_zero_runs_;  // zero_grads_deferred: the runs of grads_ it zeroes (built on first use)
   std::vector<Var> vars_;
 };
 

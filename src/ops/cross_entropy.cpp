@@ -111,7 +111,8 @@ Var lm_head_loss(const Var& h, const Var& w, const Tensor& targets, int64_t voca
         Tensor losses = Tensor::empty({BT}, DType::f32, dev, MemCategory::activations);
         Tensor one = Tensor::empty({1}, DType::f32, dev, MemCategory::activations);
         if (train) fill_(one, 1.0f);
-        Tensor dw = train && w->requires_grad ? grad_of(w) : Tensor();
+        bool accumulate_w = true;  // false: the first chunk overwrites a stale dw (GradCell::stale)
+        Tensor dw = train && w->requires_grad ? grad_for_write(w, accumulate_w) : Tensor();
         for (int64_t r0 = 0; r0 < BT; r0 += chunk_rows) {
           const int64_t rows = std::min(chunk_rows, BT - r0);
           const Tensor hc = h2.slice_flat(r0 * C, {rows, C});
@@ -122,11 +123,12 @@ Var lm_head_loss(const Var& h, const Var& w, const Tensor& targets, int64_t voca
           const Tensor tc = targets.view({BT}).slice_flat(r0, {rows});
           cuda_ops::cross_entropy_forward(lc, lse, nullptr, logits, tc, V);
           if (!train) continue;
-          // d(logits) in place, then d(h) for these rows (overwritten) and d(w) (accumulated).
+          // d(logits) in place, then d(h) for these rows (overwritten) and d(w) (accumulated after the first chunk).
           cuda_ops::cross_entropy_backward(logits, logits, lse, tc, one, grad_scale / static_cast<float>(BT), V);
           Tensor dhc = dh.slice_flat(r0 * C, {rows, C});
           cuda_ops::matmul_backward(h->requires_grad ? &dhc : nullptr, or_null(dw), nullptr, logits, hc,
-                                    wv, /*accumulate_dinp=*/false);
+                                    wv, /*accumulate_dinp=*/false, accumulate_w);
+          accumulate_w = true;
         }
         loss = Tensor::empty({1}, DType::f32, dev, MemCategory::activations);
         cuda_ops::mean_of(loss, losses);

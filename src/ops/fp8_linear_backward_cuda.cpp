@@ -16,6 +16,7 @@
 #include "ops/gelu_cuda.h"
 #include "ops/grad_sink.h"
 #include "ops/layernorm_cuda.h"
+#include "ops/op_common.h"
 #include "ops/ops.h"
 
 namespace fp8t::detail {
@@ -125,13 +126,15 @@ QuantizedTensor x_codes_t(const Fp8LinearSaved& s, cudaStream_t stream) {
   return xt;
 }
 
-// dw (OC, IC) += dy^T (OC, M) @ x (M, IC), with dy^T and x^T as the K-major operands (dyq's codes_t, xt's codes_t).
+// dw (OC, IC) += dy^T (OC, M) @ x (M, IC), with dy^T and x^T as the K-major operands (dyq's codes_t, xt's codes_t);
+// a stale dw (GradCell::stale) is overwritten.
 void wgrad(const Fp8LinearSaved& s, const QuantizedTensor& dyq, const QuantizedTensor& xt, cudaStream_t stream) {
-  Tensor& dw = grad_of(s.w);
+  bool accumulate = true;
+  Tensor dw = ops_detail::grad_for_write(s.w, accumulate);
   FP8T_CHECK(dw.device().is_cuda() && (dw.dtype() == DType::f32 || dw.dtype() == DType::bf16),
              "fp8_linear ({}): the weight gradient must be a CUDA f32 or bf16 tensor, got {}", s.st->name, dw.str());
   k::matmul_fp8_backward_weight(dw.raw(), dw.dtype(), operand(dyq, true), operand(xt, true), static_cast<int>(s.M),
-                                static_cast<int>(s.IC), static_cast<int>(s.OC), /*accumulate=*/true, stream,
+                                static_cast<int>(s.IC), static_cast<int>(s.OC), accumulate, stream,
                                 s.st->cfg.fast_accum_in("wgrad"));
 }
 

@@ -45,13 +45,13 @@ Var linear(const Var& x, const Var& w, const Var& b, LinearBias bias_at) {
       dispatch(
           "linear backward", dout,
           [&] {
-            bool accumulate = true;
+            bool accumulate = true, accumulate_w = true;
             Tensor dx = x->requires_grad ? grad_for_write(x, accumulate).view({M, IC}) : Tensor();
-            Tensor dw = w->requires_grad ? grad_of(w) : Tensor();
+            Tensor dw = w->requires_grad ? grad_for_write(w, accumulate_w) : Tensor();
             Tensor db = b && b->requires_grad ? grad_of(b) : Tensor();
             take_dy_colsum(yg, db);
             cuda_ops::matmul_backward(or_null(dx), or_null(dw), or_null(db), dout.view({M, OC}), xv.view({M, IC}),
-                                      w->value, accumulate);
+                                      w->value, accumulate, accumulate_w);
           },
           [&]<typename F>() {
             GradSink dw(w, dout.dtype()), db(b, dout.dtype());

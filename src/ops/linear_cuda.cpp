@@ -61,7 +61,7 @@ void matmul_backward_dgelu(Tensor& dpre, const Tensor& dout, const Tensor& weigh
 }
 
 void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout, const Tensor& inp,
-                     const Tensor& weight, bool accumulate_dinp) {
+                     const Tensor& weight, bool accumulate_dinp, bool accumulate_dweight) {
   const char* op = "matmul_backward";
   expect(dout, DType::bf16, op, "dout");
   expect(inp, DType::bf16, op, "inp");
@@ -81,7 +81,7 @@ void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor&
                "{}: dweight must be a CUDA f32 or bf16 tensor, got {}", op, dweight->str());
     expect_numel(*dweight, N * K, op, "dweight");
     k::matmul_backward_weight(dweight->raw(), dweight->dtype(), dout.data<bf16>(), inp.data<bf16>(),
-                              to_int(M, op, "M"), to_int(K, op, "K"), to_int(N, op, "N"), /*accumulate=*/true, s);
+                              to_int(M, op, "M"), to_int(K, op, "K"), to_int(N, op, "N"), accumulate_dweight, s);
   }
   if (dbias) {
     expect_numel(*dbias, N, op, "dbias");
@@ -123,23 +123,24 @@ Var gelu_mlp_cuda(const Var& x, const Var& w1, const Var& b1, const Var& w2, con
     y->grad_cell->dy_colsum_request = b2->requires_grad;  // b2's gradient may come as column sums (take_dy_colsum)
     current_tape()->record("gelu_mlp", [x, w1, b1, w2, b2, pre, h, yg = grad_ref(y), M, IC, H, OC] {
       const Tensor dout = grad_of(yg).view({M, OC});
-      Tensor dw2 = w2->requires_grad ? grad_of(w2) : Tensor();
+      bool accumulate_w2 = true;
+      Tensor dw2 = w2->requires_grad ? grad_for_write(w2, accumulate_w2) : Tensor();
       Tensor db2 = b2->requires_grad ? grad_of(b2) : Tensor();
       take_dy_colsum(yg, db2);
       if (dw2.defined() || db2.defined())
-        cuda_ops::matmul_backward(nullptr, or_null(dw2), or_null(db2), dout, h, w2->value);
+        cuda_ops::matmul_backward(nullptr, or_null(dw2), or_null(db2), dout, h, w2->value, true, accumulate_w2);
       // (needs_grad() is false here: the tape does not record during backward.)
       if (!x->requires_grad && !w1->requires_grad && !b1->requires_grad) return;
       const Tensor& xv = value_of(x);  // x may have been released for recompute
       // d(pre) straight from the second GEMM's epilogue: no GELU pass, no zero-filled buffers.
       Tensor dpre = Tensor::empty({M, H}, DType::bf16, pre.device(), MemCategory::activations);
       cuda_ops::matmul_backward_dgelu(dpre, dout, w2->value, pre);
-      bool accumulate = true;
+      bool accumulate = true, accumulate_w1 = true;
       Tensor dx = x->requires_grad ? grad_for_write(x, accumulate).view({M, IC}) : Tensor();
-      Tensor dw1 = w1->requires_grad ? grad_of(w1) : Tensor();
+      Tensor dw1 = w1->requires_grad ? grad_for_write(w1, accumulate_w1) : Tensor();
       Tensor db1 = b1->requires_grad ? grad_of(b1) : Tensor();
       cuda_ops::matmul_backward(or_null(dx), or_null(dw1), or_null(db1), dpre, xv.view({M, IC}), w1->value,
-                                accumulate);
+                                accumulate, accumulate_w1);
     });
     mark_gradient_read_only(y, {&x, &w1, &b1, &w2, &b2});
   }

@@ -39,8 +39,14 @@ inline Tensor grad_or_scratch(const Var& v, DType scratch_dtype) {
 inline Tensor* or_null(Tensor& t) { return t.defined() ? &t : nullptr; }
 
 // The gradient of v for an op that can overwrite or accumulate: one that does not exist yet is
-// allocated uninitialised and `accumulate` is false, so the op writes it without a zero fill.
+// allocated uninitialised, or a parameter's stale one (GradCell::stale) taken as it is, and `accumulate` is false,
+// so the op writes it without a zero fill.
 inline Tensor grad_for_write(const Var& v, bool& accumulate) {
+  if (v->grad_cell->stale) {
+    v->grad_cell->stale = false;
+    accumulate = false;
+    return v->grad;
+  }
   accumulate = grad_exists(v);
   if (!accumulate) {
     const Tensor& value = value_of(v);

@@ -35,8 +35,9 @@ class ScratchParamGrads {
   explicit ScratchParamGrads(ParameterStore& P) : P_(P) {
     for (size_t i = 0; i < P.specs().size(); ++i) {
       GradCell& cell = *P.var(i)->grad_cell;
-      saved_.push_back({cell.grad, std::move(cell.make_grad)});
+      saved_.push_back({cell.grad, std::move(cell.make_grad), cell.stale});
       cell.grad = Tensor();
+      cell.stale = false;
       cell.make_grad = [shape = P.specs()[i].shape, dtype = P.grad_dtype(), device = P.device()] {
         return Tensor::zeros(shape, dtype, device, MemCategory::gradients);
       };
@@ -47,6 +48,7 @@ class ScratchParamGrads {
       GradCell& cell = *P_.var(i)->grad_cell;
       cell.grad = std::move(saved_[i].grad);
       cell.make_grad = std::move(saved_[i].make_grad);
+      cell.stale = saved_[i].stale;
     }
   }
   ScratchParamGrads(const ScratchParamGrads&) = delete;
@@ -60,6 +62,7 @@ class ScratchParamGrads {
   struct Saved {
     Tensor grad;
     std::function<Tensor()> make_grad;
+    bool stale;
   };
   ParameterStore& P_;
   std::vector<Saved> saved_;

@@ -1,4 +1,4 @@
-// Elementwise kernels (fill, add, scale, cast, residual, GELU) against host loops and the CPU reference.
+// Elementwise kernels (fill, add, scale, cast, residual, GELU, runs) against host loops and the CPU reference.
 #include <catch2/catch_test_macros.hpp>
 
 #include <cmath>
@@ -121,4 +121,36 @@ TEST_CASE("add_runs_ adds f32 runs into bf16 as the host loop does, bit for bit"
   CHECK(changed > src / 2);
   CHECK(after[0] == before[0]);
   CHECK_THROWS(add_runs_(dev_dst, dev_src, {{dst, 0, 4}}));  // past the end of dst
+}
+
+TEST_CASE("zero_runs_ zeroes the runs of f32 and bf16 buffers as the host loop does, bit for bit", "[gpu][elementwise]") {
+  // ParameterStore::zero_grads_deferred's one pass: 300 runs (two launches of at most kernels::kMaxAddRuns) of
+  // lengths 1 to ~3000 at scattered offsets, the elements between them untouched.
+  std::vector<ZeroRun> runs;
+  int64_t end = 5, zeroed = 0;
+  for (int r = 0; r < 300; ++r) {
+    const int64_t n = 1 + (r * 7919) % 3001;
+    runs.push_back({end, n});
+    end += n + r % 5;  // gaps of 0 to 4 elements
+    zeroed += n;
+  }
+  for (DType dt : {DType::f32, DType::bf16}) {
+    INFO(dtype_name(dt));
+    const auto v = randn(end + 3, 2.0f);
+    Tensor host = upload(v, {end + 3}, dt).to(Device::cpu());
+    Tensor dev = host.to(kGpu);
+    zero_runs_(host, runs);
+    zero_runs_(dev, runs);
+    const Tensor back = dev.to(Device::cpu());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    REQUIRE(back.nbytes() == host.nbytes());
+    CHECK(std::memcmp(back.raw(), host.raw(), back.nbytes()) == 0);
+    const std::vector<float> after = host.to_float_vector();
+    int64_t zeros = 0;  // the host loop zeroed the runs and left the gaps
+    for (float x : after) zeros += x == 0.0f;
+    CHECK(zeros == zeroed);
+    CHECK(after[0] != 0.0f);
+    CHECK(after.back() != 0.0f);
+    CHECK_THROWS(zero_runs_(dev, {{end, 4}}));  // past the end
+  }
 }

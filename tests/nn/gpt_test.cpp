@@ -1,5 +1,5 @@
 // GPT-2 model: parameter layout and count, initialisation statistics, flat-buffer views,
-// activation recompute equivalence.
+// activation recompute equivalence, deferred gradient zeroing.
 #include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -328,4 +328,57 @@ TEST_CASE("nn: armed f32 accumulators give the bf16 gradients of zeroed temporar
   model.params().arm_accumulators(true);
   for (size_t i = 0; i < model.params().specs().size(); ++i)
     CHECK_FALSE(model.params().var(i)->grad_cell->accumulator.defined());
+}
+
+TEST_CASE("nn: deferred zeroing - stale matrices until written - the step's gradients bit for bit", "[nn]") {
+  // ParameterStore::zero_grads_deferred (the trainer's step): the vectors' gradients are zeroed, the matrices' only
+  // marked stale; grad_of zeroes a stale one before an op adds into it, zero_stale_grads zeroes those left.
+  const ModelConfig m = small_model();
+  {
+    GPT model(m, Device::cpu(), DType::f32);
+    ParameterStore& P = model.params();
+    fill_(P.grads(), 7.0f);
+    P.zero_grads_deferred();
+    for (size_t i = 0; i < P.specs().size(); ++i) {
+      const bool matrix = P.specs()[i].shape.size() == 2;
+      INFO(P.specs()[i].name);
+      CHECK(P.var(i)->grad_cell->stale == matrix);
+      const std::vector<float> g = P.var(i)->grad.to_float_vector();
+      CHECK(std::all_of(g.begin(), g.end(), [&](float v) { return v == (matrix ? 7.0f : 0.0f); }));
+    }
+    const std::vector<bool> marks = P.stale_grads();
+    const Var& wpe = P.var("wpe");
+    const std::vector<float> g = grad_of(wpe).to_float_vector();
+    CHECK(std::all_of(g.begin(), g.end(), [](float v) { return v == 0.0f; }));
+    CHECK_FALSE(wpe->grad_cell->stale);
+    CHECK(P.var("wte")->grad_cell->stale);
+    P.set_stale_grads(marks);
+    CHECK(wpe->grad_cell->stale);
+    P.zero_stale_grads();
+    const std::vector<float> all = P.grads().to_float_vector();
+    CHECK(std::all_of(all.begin(), all.end(), [](float v) { return v == 0.0f; }));
+    const std::vector<bool> after = P.stale_grads();
+    CHECK(std::none_of(after.begin(), after.end(), [](bool s) { return s; }));
+    CHECK_THROWS_WITH(P.set_stale_grads({true}), Catch::Matchers::ContainsSubstring("1 marks for"));
+  }
+  for (ComputeMode mode : {ComputeMode::fp32, ComputeMode::fp8}) {
+    for (GradDtype grad : {GradDtype::fp32, GradDtype::bf16}) {
+      INFO("compute " << (mode == ComputeMode::fp8 ? "fp8 (emulated)" : "fp32") << ", "
+                      << (grad == GradDtype::bf16 ? "bf16" : "f32") << " gradients");
+      PrecisionConfig p;
+      p.compute = mode;
+      p.grad_dtype = grad;
+      GPT a(m, Device::cpu(), DType::f32, 1, p), b(m, Device::cpu(), DType::f32, 1, p);
+      a.init(5);
+      b.init(5);
+      const Tensor x = random_tokens(2, 8, m.vocab_size, 21), y = random_tokens(2, 8, m.vocab_size, 22);
+      const auto [la, ga] = loss_and_grads(a, x, y);
+      const auto [lb, gb] = loss_and_grads_deferred(b, x, y);
+      CHECK(la == lb);
+      REQUIRE(ga.size() == gb.size());
+      int64_t differ = 0;
+      for (size_t i = 0; i < ga.size(); ++i) differ += std::memcmp(&ga[i], &gb[i], sizeof(float)) != 0;
+      CHECK(differ == 0);
+    }
+  }
 }

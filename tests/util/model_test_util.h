@@ -1,6 +1,7 @@
 // Helpers for model tests: a tiny GPT configuration, random token batches, one step's loss and gradients.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <utility>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "autograd/tape.h"
 #include "config/config.h"
 #include "core/tensor.h"
+#include "core/tensor_ops.h"
 #include "nn/gpt.h"
 
 namespace fp8t::test {
@@ -47,6 +49,24 @@ inline std::pair<float, std::vector<float>> loss_and_grads(GPT& model, const Ten
   }
   tape.backward(loss);
   return {loss->value.to_float_vector()[0], model.params().grads().to_float_vector()};
+}
+
+// loss_and_grads with the trainer's zeroing (ParameterStore::zero_grads_deferred, then zero_stale_grads) over
+// gradients first filled with NaN: an op that adds into a stale gradient instead of overwriting it leaves NaN.
+inline std::pair<float, std::vector<float>> loss_and_grads_deferred(GPT& model, const Tensor& x, const Tensor& y,
+                                                                    bool recompute = false) {
+  ParameterStore& P = model.params();
+  fill_(P.grads(), std::numeric_limits<float>::quiet_NaN());
+  P.zero_grads_deferred();
+  Tape tape;
+  Var loss;
+  {
+    TapeScope s(&tape);
+    loss = model.loss(x, y, recompute);
+  }
+  tape.backward(loss);
+  P.zero_stale_grads();
+  return {loss->value.to_float_vector()[0], P.grads().to_float_vector()};
 }
 
 }  // namespace fp8t::test
