@@ -372,13 +372,16 @@ TEST_CASE("nn: deferred zeroing - stale matrices until written - the step's grad
       a.init(5);
       b.init(5);
       const Tensor x = random_tokens(2, 8, m.vocab_size, 21), y = random_tokens(2, 8, m.vocab_size, 22);
-      const auto [la, ga] = loss_and_grads(a, x, y);
-      const auto [lb, gb] = loss_and_grads_deferred(b, x, y);
-      CHECK(la == lb);
-      REQUIRE(ga.size() == gb.size());
-      int64_t differ = 0;
-      for (size_t i = 0; i < ga.size(); ++i) differ += std::memcmp(&ga[i], &gb[i], sizeof(float)) != 0;
-      CHECK(differ == 0);
+      for (bool recompute : {false, true}) {
+        INFO("block recompute " << recompute);
+        const auto [la, ga] = loss_and_grads(a, x, y, recompute);
+        const auto [lb, gb] = loss_and_grads_deferred(b, x, y, recompute);
+        CHECK(la == lb);
+        REQUIRE(ga.size() == gb.size());
+        int64_t differ = 0;
+        for (size_t i = 0; i < ga.size(); ++i) differ += std::memcmp(&ga[i], &gb[i], sizeof(float)) != 0;
+        CHECK(differ == 0);
+      }
     }
   }
 }
