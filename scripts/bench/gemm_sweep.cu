@@ -6,7 +6,9 @@
 // the layer's sum: dgrad and wgrad with fast accumulation, the forward without its bias epilogue, the forward writing
 // E4M3 (D scale and amax) with and without the bias epilogue, and BF16 mode's forward with and without it; for fc2,
 // BF16 mode's dgrad as kernels/matmul.cu runs it (NN layouts, the DGELU epilogue reading pre as aux) beside the same
-// with DGELU_BGRAD (fc's bias gradient from the epilogue, into a bf16 or an f32 vector) and without an epilogue.
+// with DGELU_BGRAD (fc's bias gradient from the epilogue, into a bf16 or an f32 vector) and without an epilogue; for
+// fc, the forward with the GELU in its epilogue (GELU_AUX_BIAS and GELU_AUX, pre as the bf16 aux output) into bf16
+// and into E4M3: whether fc's GEMM could write fc2's input codes itself, in place of the GELU cast.
 // Build: nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a gemm_sweep.cu -lcublasLt -o gemm_sweep
 // Usage: gemm_sweep [C ROWS [CANDIDATES]]   (default 1600 16384 32: GPT-2 1.5B, B=16, T=1024)
 #include <cublasLt.h>
@@ -77,6 +79,8 @@ struct Gemm {
   // BF16 mode's fc2 dgrad (NN layouts, as matmul_backward_input_dgelu): 0 no epilogue, 1 DGELU (aux: pre),
   // 2 DGELU_BGRAD with a bf16 bias gradient, 3 DGELU_BGRAD with an f32 one. -1: the TN rows above.
   int dgelu = -1;
+  // fc's forward with the GELU in the epilogue, pre written as the bf16 aux output: 1 GELU_AUX_BIAS, 2 GELU_AUX.
+  int gelu = 0;
 };
 
 struct Timed {
@@ -144,7 +148,7 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
   CK(cudaGetLastError());
   const bool nn = g.dgelu >= 0;
   uint8_t *aux = nullptr, *bgrad = nullptr;  // pre (m x n bf16, as D) and the bias gradient (m, f32 room)
-  if (g.dgelu >= 1) {
+  if (g.dgelu >= 1 || g.gelu >= 1) {
     CK(cudaMalloc(&aux, d_bytes));
     CK(cudaMemset(aux, 0x3C, d_bytes));
     CK(cudaMalloc(&bgrad, size_t{4} * g.m));
@@ -156,11 +160,13 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
   set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
   cublasLtEpilogue_t epilogue = g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   if (g.dgelu >= 1) epilogue = g.dgelu == 1 ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  if (g.gelu >= 1) epilogue = g.gelu == 1 ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
-  if (g.dgelu >= 1) {
+  if (g.dgelu >= 1 || g.gelu >= 1) {
     set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(aux));
     set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{g.m});
   }
+  if (g.gelu >= 1) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, CUDA_R_16BF);
   if (g.dgelu >= 2) {
     set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, g.dgelu == 2 ? CUDA_R_16BF : CUDA_R_32F);
     set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(bgrad));
@@ -258,7 +264,7 @@ int main(int argc, char** argv) {
   };
   const Linear linears[] = {{"qkv", 3 * C, C}, {"proj", C, C}, {"fc", 4 * C, C}, {"fc2", C, 4 * C}};
   std::vector<Gemm> gemms;
-  static char names[48][40];
+  static char names[64][40];
   int used = 0;
   for (const Linear& l : linears) {
     auto name = [&](const char* what) {
@@ -275,6 +281,11 @@ int main(int argc, char** argv) {
     gemms.push_back({name("fwd-e4m3-nobias"), l.oc, M, l.ic, e4, e4, e4, false, true, 0.0f, true});
     gemms.push_back({name("bf16 fwd"), l.oc, M, l.ic, h, h, h, true, false, 0.0f, true});
     gemms.push_back({name("bf16 fwd-nobias"), l.oc, M, l.ic, h, h, h, false, false, 0.0f, true});
+    if (l.oc == 4 * C) {  // fc: the GELU in the forward's epilogue, pre as the aux output, into bf16 and E4M3
+      gemms.push_back({name("fwd-gelu-aux-bias"), l.oc, M, l.ic, e4, e4, h, true, true, 0.0f, true, -1, 1});
+      gemms.push_back({name("fwd-e4m3-gelu-aux-bias"), l.oc, M, l.ic, e4, e4, e4, true, true, 0.0f, true, -1, 1});
+      gemms.push_back({name("fwd-e4m3-gelu-aux"), l.oc, M, l.ic, e4, e4, e4, false, true, 0.0f, true, -1, 2});
+    }
     if (l.ic == 4 * C) {  // fc2: BF16 mode's dgrad into d(pre), m = fc2's input channels (4C)
       const char* what[] = {"bf16 dgrad-nn", "bf16 dgrad-dgelu", "bf16 dgrad-dgelu-bgrad16",
                             "bf16 dgrad-dgelu-bgrad32"};
