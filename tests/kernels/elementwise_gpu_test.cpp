@@ -123,7 +123,8 @@ TEST_CASE("add_runs_ adds f32 runs into bf16 as the host loop does, bit for bit"
   CHECK_THROWS(add_runs_(dev_dst, dev_src, {{dst, 0, 4}}));  // past the end of dst
 }
 
-TEST_CASE("zero_runs_ zeroes the runs of f32 and bf16 buffers as the host loop does, bit for bit", "[gpu][elementwise]") {
+TEST_CASE("zero_runs_ zeroes the runs of f32 and bf16 buffers as the host loop does, bit for bit",
+          "[gpu][elementwise]") {
   // ParameterStore::zero_grads_deferred's one pass: 300 runs (two launches of at most kernels::kMaxAddRuns) of
   // lengths 1 to ~3000 at scattered offsets, the elements between them untouched.
   std::vector<ZeroRun> runs;
