@@ -21,6 +21,15 @@ namespace {
 // 2 layers, 2 heads of size 64, the vocabulary 300 (padded to 384), T = 64.
 ModelConfig small_model() { return test::gpt_config(2, 128, 300, 64); }
 
+// A (4, 64) batch of tokens and targets from test::randint (tokens first), on the host.
+std::pair<Tensor, Tensor> random_batch(const ModelConfig& m) {
+  const auto tokens = test::randint(4 * 64, m.vocab_size), targets = test::randint(4 * 64, m.vocab_size);
+  Tensor x = Tensor::empty({4, 64}, DType::i32), y = Tensor::empty({4, 64}, DType::i32);
+  std::copy(tokens.begin(), tokens.end(), x.data<int32_t>());
+  std::copy(targets.begin(), targets.end(), y.data<int32_t>());
+  return {x, y};
+}
+
 // Each parameter's gradient in got within `tol` relative error (test::rel_err) of ref's; `nonzero`: ref's not zero.
 void check_grads_close(const ParameterStore& P, const std::vector<float>& got, const std::vector<float>& ref,
                        double tol, bool nonzero = false) {
@@ -43,10 +52,7 @@ TEST_CASE("gpu model: BF16 GPT-2 forward and backward match the FP32 CPU model",
   GPT gpu(m, test::kGpu, DType::bf16);
   cpu.init(42);
   gpu.init(42);
-  const auto tokens = test::randint(4 * 64, m.vocab_size), targets = test::randint(4 * 64, m.vocab_size);
-  Tensor xc = Tensor::empty({4, 64}, DType::i32), yc = Tensor::empty({4, 64}, DType::i32);
-  std::copy(tokens.begin(), tokens.end(), xc.data<int32_t>());
-  std::copy(targets.begin(), targets.end(), yc.data<int32_t>());
+  const auto [xc, yc] = random_batch(m);
   const auto [lc, gc] = test::loss_and_grads(cpu, xc, yc);
   const auto [lg, gg] = test::loss_and_grads(gpu, xc.to(test::kGpu), yc.to(test::kGpu));
   CHECK(std::fabs(lc - lg) / lc < 1e-2);
@@ -84,10 +90,7 @@ TEST_CASE("gpu model: lean FP8 state (no bf16 copy of FP8 weights, bf16 gradient
   auto accumulate = [&](GPT& model) {
     model.params().zero_grads();
     for (int micro = 0; micro < kMicro; ++micro) {
-      const auto tokens = test::randint(4 * 64, m.vocab_size), targets = test::randint(4 * 64, m.vocab_size);
-      Tensor x = Tensor::empty({4, 64}, DType::i32), y = Tensor::empty({4, 64}, DType::i32);
-      std::copy(tokens.begin(), tokens.end(), x.data<int32_t>());
-      std::copy(targets.begin(), targets.end(), y.data<int32_t>());
+      const auto [x, y] = random_batch(m);
       Tape tape;
       Var loss;
       {
@@ -120,10 +123,7 @@ TEST_CASE("gpu model: FP8 block recompute - the loss bit for bit, the gradients 
     GPT plain(m, test::kGpu, DType::bf16, 1, p), recomputed(m, test::kGpu, DType::bf16, 1, p);
     plain.init(42);
     recomputed.init(42);
-    const auto tokens = test::randint(4 * 64, m.vocab_size), targets = test::randint(4 * 64, m.vocab_size);
-    Tensor x = Tensor::empty({4, 64}, DType::i32), y = Tensor::empty({4, 64}, DType::i32);
-    std::copy(tokens.begin(), tokens.end(), x.data<int32_t>());
-    std::copy(targets.begin(), targets.end(), y.data<int32_t>());
+    const auto [x, y] = random_batch(m);
     const Tensor xg = x.to(test::kGpu), yg = y.to(test::kGpu);
     for (int step = 0; step < 2; ++step) {
       INFO("step " << step + 1);
@@ -163,10 +163,7 @@ TEST_CASE("gpu model: deferred zeroing - the weight-gradient GEMMs overwrite sta
     GPT eager(m, test::kGpu, DType::bf16, 1, p), deferred(m, test::kGpu, DType::bf16, 1, p);
     eager.init(42);
     deferred.init(42);
-    const auto tokens = test::randint(4 * 64, m.vocab_size), targets = test::randint(4 * 64, m.vocab_size);
-    Tensor x = Tensor::empty({4, 64}, DType::i32), y = Tensor::empty({4, 64}, DType::i32);
-    std::copy(tokens.begin(), tokens.end(), x.data<int32_t>());
-    std::copy(targets.begin(), targets.end(), y.data<int32_t>());
+    const auto [x, y] = random_batch(m);
     const Tensor xg = x.to(test::kGpu), yg = y.to(test::kGpu);
     for (int step = 0; step < 2; ++step) {
       INFO("step " << step + 1);
