@@ -5,6 +5,7 @@
 
 #include "autograd/finite_watch.h"
 #include "core/check.h"
+#include "core/graph_capture.h"
 #include "core/tensor_ops.h"
 
 namespace fp8t {
@@ -19,7 +20,7 @@ thread_local const std::function<void(size_t)>* g_progress_hook = nullptr;
 bool settle_or_make(GradCell& cell) {
   if (cell.stale) {
     cell.grad.zero_();
-    cell.stale = false;
+    clear_stale(cell);
     return true;
   }
   settle_grad(cell);
@@ -38,6 +39,11 @@ void settle_grad(GradCell& cell) {
   cell.pending = PendingGrad{};
   cell.grad = p.materialize(p.operand, p.input ? p.input() : Tensor());
   if (p.then) p.then(false);
+}
+
+void clear_stale(GradCell& cell) {
+  cell.stale = false;
+  on_graph_replay([&cell] { cell.stale = false; });  // a parameter's cell: it outlives the step's graphs
 }
 
 bool grad_exists(const GradRef& g) { return settle_or_make(*g.cell); }

@@ -142,5 +142,8 @@ void settle_grad(GradCell& cell);
 // write a new gradient instead of accumulating into a zero-filled one asks this.
 bool grad_exists(const GradRef& g);
 bool grad_exists(const Var& v);
+// Clears a stale mark (GradCell::stale) where its gradient is being written; inside a CUDA graph capture, at every
+// replay too (a replay writes the gradient again without the host code that cleared the mark).
+void clear_stale(GradCell& cell);
 
 }  // namespace fp8t

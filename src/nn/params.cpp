@@ -130,17 +130,6 @@ void ParameterStore::zero_stale_grads() {
   }
 }
 
-std::vector<bool> ParameterStore::stale_grads() const {
-  std::vector<bool> out;
-  for (const Var& v : vars_) out.push_back(v->grad_cell->stale);
-  return out;
-}
-
-void ParameterStore::set_stale_grads(const std::vector<bool>& stale) {
-  FP8T_CHECK(stale.size() == vars_.size(), "set_stale_grads: {} marks for {} parameters", stale.size(), vars_.size());
-  for (size_t i = 0; i < vars_.size(); ++i) vars_[i]->grad_cell->stale = stale[i];
-}
-
 void ParameterStore::arm_accumulators(bool defer_commits) {
   if (grad_dtype() == DType::f32) return;
   FP8T_CHECK(!defer_commits || !grads_sharded(), "arm_accumulators: deferred commits need the whole gradient buffer");

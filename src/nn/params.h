@@ -107,11 +107,8 @@ class ParameterStore {
   // on several ranks), as zero_grads().
   void zero_grads_deferred();
   // Zeroes the gradients still stale (normally none: every matrix has a writer), so that grads() holds the step's.
+  // (A CUDA graph's replay clears the marks its captured run cleared: autograd's clear_stale.)
   void zero_stale_grads();
-  // Which parameters are stale, and setting them so: a replayed CUDA graph of a micro-step leaves the gradients as
-  // the captured run left them, while the host code that clears the marks does not run.
-  std::vector<bool> stale_grads() const;
-  void set_stale_grads(const std::vector<bool>& stale);
   // Where gradients are not f32: zeroes the f32 accumulators of the one-dimensional parameters (biases and
   // LayerNorm weights, whose ops sum into f32 and add that into the gradient once; ops/grad_sink.h) in one
   // pass and arms them for one micro-step (GradCell::accumulator). Allocated on the first call. Call it before

@@ -43,7 +43,7 @@ inline Tensor* or_null(Tensor& t) { return t.defined() ? &t : nullptr; }
 // so the op writes it without a zero fill.
 inline Tensor grad_for_write(const Var& v, bool& accumulate) {
   if (v->grad_cell->stale) {
-    v->grad_cell->stale = false;
+    clear_stale(*v->grad_cell);
     accumulate = false;
     return v->grad;
   }

@@ -182,9 +182,7 @@ class Trainer {
     const auto t0 = Clock::now();
     allocator_for(device_).reset_peaks();
     ParameterStore& P = model_->params();
-    // The matrices' gradients are left for their first writer to overwrite (at ZeRO stage 2 on several ranks: this
-    // rank's shard, zeroed).
-    P.zero_grads_deferred();
+    P.zero_grads_deferred();  // the matrices' gradients overwritten by their first writer (ZeRO-2: a zeroed shard)
     Tensor loss_sum;  // summed on the device: one host read per step, not one per micro-step
     for (int micro = 0; micro < accum_; ++micro) {
       batch_->load(*train_loader_);
@@ -265,17 +263,14 @@ class Trainer {
   Tensor micro_step(int micro) {
     if (!use_graphs_ || steps_in_process_ == 0) return forward_backward();
     const size_t g = micro == 0 ? 0 : 1;
-    ParameterStore& P = model_->params();
     if (!graphs_[g]) {  // kept only once captured
       auto graph = std::make_unique<StepGraph>();
       graph->capture(device_, [&] { graph_loss_[g] = forward_backward(); });
-      graph_stale_[g] = P.stale_grads();  // which gradients the captured micro-step left stale
       graphs_[g] = std::move(graph);
       log_->info("train.cuda_graph: captured the {} micro-step of a step at step {}", g == 0 ? "first" : "later",
                  step_ + 1);
     }
     graphs_[g]->replay();
-    P.set_stale_grads(graph_stale_[g]);
     return graph_loss_[g];
   }
 
@@ -427,7 +422,6 @@ class Trainer {
   int steps_in_process_ = 0;
   std::array<std::unique_ptr<StepGraph>, 2> graphs_;  // a step's first micro-step, its later ones
   std::array<Tensor, 2> graph_loss_;                  // their losses' device scalars
-  std::array<std::vector<bool>, 2> graph_stale_;      // ParameterStore::stale_grads() after each captured run
   int64_t tokens_per_step_ = 0, opt_begin_ = 0, opt_end_ = 0, tokens_ = 0;
   int step_ = 0, opt_steps_ = 0;
   double last_lr_ = 0, last_norm_ = 0, last_step_ms_ = 0, last_queue_ms_ = 0, last_wait_ms_ = 0;
