@@ -75,7 +75,9 @@ __device__ __forceinline__ void reduce_scatter_stage(float (&v)[32]) {
 // block's other warpgroups (each with its own smem): it has a block barrier before the transposed stores.
 // kCodes false: no codes; x goes into dqkv (B, T, 3C) bf16 as the plain path writes it (not accumulating), and only
 // the column sums into dy.stats.colsum (non-null): qkv's bias gradient where its producer is a BF16 linear.
-template <bool kCodes = true>
+// kSyncThreads: the block barrier is named barrier 1 over that many threads (a warp-specialized kernel's computing
+// warpgroups), not __syncthreads.
+template <bool kCodes = true, int kSyncThreads = 0>
 __device__ __forceinline__ void write_dkv_codes(const float (&dk)[8][4], const float (&dv)[8][4], float scale,
                                                 const AttentionDyCodes& dy, uint8_t* smem, int b, int h, int k0,
                                                 int T, int C, int64_t M, int warp, int g, int t,
@@ -84,6 +86,12 @@ __device__ __forceinline__ void write_dkv_codes(const float (&dk)[8][4], const f
   const float s = kCodes ? *dy.scale : 0.0f;  // its load in flight while the values and their column sums are made
   const int64_t ld = 3 * int64_t{C};
   float* s_cs = reinterpret_cast<float*>(smem + 2 * kTileT);  // [4 warps][128]: K's 64 channels, then V's
+  auto sync = [] {
+    if constexpr (kSyncThreads == 0)
+      __syncthreads();
+    else
+      asm volatile("bar.sync 1, %0;\n" ::"n"(kSyncThreads) : "memory");
+  };
   // The values, x[part][r][k] for channel 8 (k / 2) + 2 t + k % 2 of row 16 warp + g + 8 r (part 0: K, 1: V).
   // Each the bf16 value the plain path writes, rounded in pairs (bf16_round2: one conversion for two).
   float x[2][2][16];
@@ -133,7 +141,7 @@ __device__ __forceinline__ void write_dkv_codes(const float (&dk)[8][4], const f
               __floats2bfloat162_rn(x[part][r][2 * j], x[part][r][2 * j + 1]);
       }
     }
-    __syncthreads();
+    sync();
     if (tid < 128) {
       const int c = tid;
       const float sum = s_cs[c] + s_cs[128 + c] + s_cs[256 + c] + s_cs[384 + c];
@@ -168,7 +176,7 @@ __device__ __forceinline__ void write_dkv_codes(const float (&dk)[8][4], const f
     }
   }
   flush_warp_stats(st, dy.stats);
-  __syncthreads();
+  sync();
   const int n_rows = min(kDyTile, T - k0);
   if (dy.codes_t) {
     store_codes_t<128>(smem, dy.codes_t, C + h * kDyTile, int64_t{b} * T + k0, n_rows, M, tid);

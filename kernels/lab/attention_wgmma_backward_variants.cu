@@ -21,6 +21,7 @@ const char* variant_name(WgmmaBackwardVariant variant) {
     case WgmmaBackwardVariant::keys128_mask_every_step: return "128 keys, mask every step";
     case WgmmaBackwardVariant::keys128_dq_last: return "128 keys, dQ last";
     case WgmmaBackwardVariant::keys128_lse_at_load: return "128 keys, lse at load";
+    case WgmmaBackwardVariant::keys128_cp_async: return "128 keys, cp.async loads";
   }
   return "?";
 }
@@ -52,6 +53,7 @@ void attention_backward_wgmma(WgmmaBackwardVariant variant, bf16* dqkv, float* d
     case WgmmaBackwardVariant::keys128_mask_every_step: launch128(std::integral_constant<int, kMaskEveryStep>{}); break;
     case WgmmaBackwardVariant::keys128_dq_last: launch128(std::integral_constant<int, kDqLast>{}); break;
     case WgmmaBackwardVariant::keys128_lse_at_load: launch128(std::integral_constant<int, kLseAtLoad>{}); break;
+    case WgmmaBackwardVariant::keys128_cp_async: launch128(std::integral_constant<int, 0>{}); break;
     case WgmmaBackwardVariant::atomic_dq_2_blocks:
       launch_backward_wgmma<2, DqLayout::rows>(dqkv, dq_accum, delta, dout, in, lse, B, T, NH, scale, stream);
       break;

@@ -1,8 +1,9 @@
 // The wgmma attention backward's main passes kept for comparison with the product's (128 keys per block of two
 // warpgroups, dQ added as tiles: kernels/attention_wgmma_backward.cu): the 64-key kernel of one warpgroup per block
-// (kernels/attention_wgmma_backward_kernel.cuh) in five forms, and the 128-key kernel with its step choices reverted
-// one by one (Backward128Flags) or all as the thirty-fifth session left them. Not in the product library: tests and
-// benchmarks only.
+// (kernels/attention_wgmma_backward_kernel.cuh) in five forms, and the 128-key kernel with cp.async loads (the
+// product's for E4M3 qkv; for bf16 qkv the product's until the forty-sixth session) as it is, with its step choices
+// reverted one by one (Backward128Flags) or all as the thirty-fifth session left them. Not in the product library:
+// tests and benchmarks only.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -25,6 +26,8 @@ enum class WgmmaBackwardVariant : uint8_t {
   keys128_mask_every_step,  // the product's 128-key kernel with kMaskEveryStep
   keys128_dq_last,          // ... with kDqLast
   keys128_lse_at_load,      // ... with kLseAtLoad
+  keys128_cp_async,         // the 128-key kernel with cp.async loads by its two warpgroups: the product until the
+                            // 46th session (the product now loads by TMA from a third warpgroup where qkv is bf16)
 };
 inline constexpr WgmmaBackwardVariant kWgmmaBackwardVariants[] = {WgmmaBackwardVariant::keys64_3_blocks,
                                                                   WgmmaBackwardVariant::keys128_joint,
@@ -36,7 +39,8 @@ inline constexpr WgmmaBackwardVariant kWgmmaBackwardVariants[] = {WgmmaBackwardV
                                                                   WgmmaBackwardVariant::keys128_main35,
                                                                   WgmmaBackwardVariant::keys128_mask_every_step,
                                                                   WgmmaBackwardVariant::keys128_dq_last,
-                                                                  WgmmaBackwardVariant::keys128_lse_at_load};
+                                                                  WgmmaBackwardVariant::keys128_lse_at_load,
+                                                                  WgmmaBackwardVariant::keys128_cp_async};
 const char* variant_name(WgmmaBackwardVariant variant);
 
 // kernels::attention_backward at head size 64 on a Hopper with an sm_90a build, with `variant`'s main pass
@@ -47,8 +51,8 @@ void attention_backward_wgmma(WgmmaBackwardVariant variant, __nv_bfloat16* dqkv,
                               const float* lse, int B, int T, int NH, cudaStream_t stream);
 
 // The dy-codes backward (FP8 training's: the gradient written as the qkv linear's E5M2 codes, AttentionDyCodes) with
-// the main pass of 64 keys per block and three blocks per SM (keys64) or the product's 128-key one, between the
-// product's delta and dQ-codes passes. Scratch as above.
+// the main pass of 64 keys per block and three blocks per SM (keys64) or the 128-key one with cp.async loads, between
+// the product's delta and dQ-codes passes. Scratch as above.
 void attention_backward_wgmma_dy(bool keys64, const AttentionDyCodes& dy, float* dq_accum, float* delta,
                                  const __nv_bfloat16* dout, const __nv_bfloat16* qkv, const __nv_bfloat16* out,
                                  const float* lse, int B, int T, int NH, cudaStream_t stream);

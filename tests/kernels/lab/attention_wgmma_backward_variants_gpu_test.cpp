@@ -112,8 +112,8 @@ struct DyBuffers {
   }
 };
 
-// Each main pass writing dy codes (the lab's 64-key kernel, the product's 128-key one) against the plain E5M2 cast of
-// the same main pass's bf16 gradient (the variant adding into a zeroed dqkv, the product writing it): the same codes
+// Each lab main pass writing dy codes (the 64-key kernel, the 128-key one with cp.async loads) against the plain E5M2
+// cast of the product's bf16 gradient (the 64-key kernel's added into a zeroed dqkv): the same codes
 // bit for bit (a zero's sign aside), the same amax and saturation count, column sums within 1e-5 of |x|'s.
 void check_dy_codes(int B, int T, int NH) {
   INFO("B=" << B << " T=" << T << " NH=" << NH);
@@ -121,7 +121,7 @@ void check_dy_codes(int B, int T, int NH) {
   const int64_t M = int64_t(B) * T;
   const int C3 = 3 * p.C;
   for (bool keys64 : {true, false}) {
-    INFO((keys64 ? "64 keys, 3 blocks/SM" : "the product's 128 keys"));
+    INFO((keys64 ? "64 keys, 3 blocks/SM" : "128 keys, cp.async loads"));
     Tensor dqkv = Tensor::zeros(p.qkv_shape(), DType::bf16, kGpu);
     if (keys64) {
       Scratch scratch(p);
@@ -199,13 +199,14 @@ TEST_CASE("lab attention wgmma backward throughput", "[.bench][attention][lab]")
       report("product, dy codes", time_ms([&] {
                (void)cuda_ops::attention_backward_dy_codes(request, p.tdout, forms, p.lse, NH);
              }, kIters));
-      // The same passes from the lab: the 64-key main pass (three blocks per SM) beside the product's 128-key one.
+      // The same passes from the lab: the 64-key main pass (three blocks per SM) and the 128-key one with cp.async
+      // loads (the product's until the forty-sixth session).
       const int64_t M = int64_t(B) * T;
       DyBuffers dyb(M, 3 * p.C);
       const kernels::AttentionDyCodes dy{.codes = dyb.codes.data<uint8_t>(), .codes_t = dyb.codes_t.data<uint8_t>(),
                                          .scale = dy_scale.data<float>(), .stats = dyb.outputs()};
       for (bool keys64 : {true, false})
-        report(keys64 ? "64 keys, dy codes" : "128 keys, dy codes", time_ms([&] {
+        report(keys64 ? "64 keys, dy codes" : "128 cp.async, dy codes", time_ms([&] {
                  kernels::lab::attention_backward_wgmma_dy(keys64, dy, scratch.dq_accum.data<float>(),
                                                            scratch.delta.data<float>(), p.tdout.data<bf16>(),
                                                            p.tqkv.data<bf16>(), p.out.data<bf16>(),

@@ -1,0 +1,266 @@
+// The attention backward's main pass at head size 64, warp-specialized as FlashAttention-3 builds it (sm_90a): the
+// 128-key tile and step of kernels/attention_wgmma_backward128_kernel.cuh, with a third warpgroup that only loads.
+// Its first warp brings K and V once and each step's Q and dO by TMA (128-byte swizzled boxes, rows past T read
+// as zeros) and lse and delta by plain loads, into two stages on transaction barriers (full: the stage has landed;
+// empty: the eight computing warps are done with it). The two computing warpgroups then issue no loads and never
+// meet the loading one, and dS^T has two buffers (by step parity), so the one barrier a step left is the named
+// barrier over the 256 computing threads that puts both warpgroups' dS^T rows in place before dQ reads them. That
+// barrier also frees the other dS^T buffer: a warpgroup writes buffer b again two steps on, after the next step's
+// barrier, which the other warpgroup reaches only once its dQ MMAs of this step are done. Registers: setmaxnreg
+// moves them from the loading warpgroup (kProducerRegs) to the computing ones (kConsumerRegs): 384 threads, one
+// block per SM, 197 KB of shared memory. qkv as bf16 only (its E4M3 codes need a dequantizing load: the cp.async
+// kernel takes those).
+#pragma once
+#include "core/launch_limits.h"
+#include "kernels/attention_backward_passes.cuh"
+#include "kernels/attention_dy_codes.cuh"
+#include "kernels/attention_wgmma.cuh"
+#include "kernels/attention_wgmma_common.cuh"
+#include "kernels/device_facts.cuh"
+#include "kernels/tma.cuh"
+
+namespace fp8t::kernels {
+namespace {
+
+constexpr int kThreadsWs = 384, kComputeThreadsWs = 256, kProducerRegs = 24, kConsumerRegs = 240;
+constexpr int kKeysWs = 128, kStepWs = 128;
+// sK, sV (2 tiles each), 2 stages of sQ and of sdO (2 tiles each), 2 buffers of sdS^T (4 tiles each), a dQ tile
+// per warpgroup (f32), 2 stages of 128 lse (times log2(e)) and of 128 delta, 6 barriers; +1024 to align the tiles.
+constexpr int kSmemWs = 20 * kTileBytes + 2 * 64 * 64 * 4 + 4 * kStepWs * 4 + 6 * 8 + 1024;
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// kDy: dK and dV go to dy's codes (AttentionDyCodes), not into dqkv. Else where dy.stats.colsum is set (accumulate
+// false), they go into dqkv with their column sums. tm_qkv: qkv (B, T, 3C) as 64 x 64 boxes; tm_dout: dout (B, T, C).
+template <bool kDy>
+__global__ void __launch_bounds__(kThreadsWs, 1)
+    attention_backward_ws_kernel(const __grid_constant__ CUtensorMap tm_qkv,
+                                 const __grid_constant__ CUtensorMap tm_dout, bf16* dqkv, float* dq_accum,
+                                 const float* delta, const float* lse, int BH, int T, int NH, int group, float scale,
+                                 bool accumulate, AttentionDyCodes dy) {
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  unsigned char* sK = smem;                    // [key half]
+  unsigned char* sV = sK + 2 * kTileBytes;     // [key half]
+  unsigned char* sQ = sV + 2 * kTileBytes;     // [stage][query half]
+  unsigned char* sdO = sQ + 4 * kTileBytes;    // [stage][query half]
+  unsigned char* sdSt = sdO + 4 * kTileBytes;  // [buffer][key half][query half]
+  float* sdQ = reinterpret_cast<float*>(sdSt + 8 * kTileBytes);  // [warpgroup] 64 x 64, fragment order
+  float* sLse = sdQ + 2 * 64 * 64;                               // [stage] 128, lse * log2(e)
+  float* sDelta = sLse + 2 * kStepWs;                            // [stage] 128
+  uint64_t* full = reinterpret_cast<uint64_t*>(sDelta + 2 * kStepWs);  // [stage]
+  uint64_t* empty = full + 2;                                          // [stage]
+  uint64_t* kv_full = empty + 2;
+
+  // blk.warp 0..11; for the computing warps (0..7) blk.key_lo = k0 + 16 warp: warpgroup wg's warp wl (= warp % 4)
+  // owns keys k0 + 64 wg + 16 wl.
+  const BackwardBlock<kKeysWs, kHs> blk(BH, T, NH, group);
+  const int tid = static_cast<int>(threadIdx.x), wg = tid / 128, wl = blk.warp % 4;
+  const int n_steps = ceil_div(T, kStepWs), n_qb = ceil_div(T, kRows);
+  if (tid == 0) {
+    for (int s = 0; s < 2; ++s) {
+      mbar_init(full + s, 32);  // the loading warp's lanes, and the TMA bytes lane 0 expects
+      mbar_init(empty + s, 8);  // one arrival per computing warp
+    }
+    mbar_init(kv_full, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();  // the block's only one: from here the loading warpgroup and the computing ones never meet
+
+  if (wg == 2) {  // the loading warpgroup: its first warp loads, the others leave
+    setmaxnreg_dec<kProducerRegs>();
+    if (blk.warp != 8) return;
+    const int lane = blk.lane;
+    if (lane == 0) {
+      tma_prefetch_map(&tm_qkv);
+      tma_prefetch_map(&tm_dout);
+      mbar_arrive_expect_tx(kv_full, 4 * kTileBytes);
+      for (int half = 0; half < 2; ++half) {
+        const int k0 = blk.k0 + 64 * half;
+        tma_load_3d(sK + half * kTileBytes, &tm_qkv, blk.C + blk.h * kHs, k0, blk.b, kv_full);
+        tma_load_3d(sV + half * kTileBytes, &tm_qkv, 2 * blk.C + blk.h * kHs, k0, blk.b, kv_full);
+      }
+    }
+    const float* lse_bh = lse + int64_t{blk.bh} * T;
+    const float* delta_bh = delta + int64_t{blk.bh} * T;
+    for (int step = blk.kb, it = 0; step < n_steps; ++step, ++it) {
+      const int st = it & 1, q0 = step * kStepWs;
+      if (it >= 2) mbar_wait(empty + st, ((it >> 1) - 1) & 1);  // the computing warps are done with step - 2's
+      if (lane == 0) {  // the tiles first: their bytes are expected before any arrival can complete the phase
+        mbar_expect_tx(full + st, 4 * kTileBytes);
+        for (int half = 0; half < 2; ++half) {
+          tma_load_3d(sQ + (2 * st + half) * kTileBytes, &tm_qkv, blk.h * kHs, q0 + 64 * half, blk.b, full + st);
+          tma_load_3d(sdO + (2 * st + half) * kTileBytes, &tm_dout, blk.h * kHs, q0 + 64 * half, blk.b, full + st);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {  // query rows past T: lse = inf, hence P = 0
+        const int r = lane + 32 * i, qi = q0 + r;
+        sLse[st * kStepWs + r] = qi < T ? lse_bh[qi] * kLog2e : INFINITY;
+        sDelta[st * kStepWs + r] = qi < T ? delta_bh[qi] : 0.0f;
+      }
+      mbar_arrive(full + st);  // each lane once its lse and delta are stored (release)
+    }
+    return;
+  }
+
+  setmaxnreg_inc<kConsumerRegs>();
+  const float sl2 = scale * kLog2e;
+  float dk[8][4] = {}, dv[8][4] = {};
+  const uint64_t desc_k = sw128_desc(sK + wg * kTileBytes), desc_v = sw128_desc(sV + wg * kTileBytes);
+  mbar_wait(kv_full, 0);
+
+  for (int step = blk.kb, it = 0; step < n_steps; ++step, ++it) {
+    const int st = it & 1, q0 = step * kStepWs;
+    unsigned char* sdS = sdSt + (it & 1) * 4 * kTileBytes;
+    mbar_wait(full + st, (it >> 1) & 1);
+    const uint64_t desc_q = sw128_desc(sQ + 2 * st * kTileBytes), desc_do = sw128_desc(sdO + 2 * st * kTileBytes);
+
+    // S^T = K_w Q^T, then dP^T = V_w dO^T: (64 keys, 128 queries), K = the 64 channels.
+    float s[16][4], dp[16][4];
+    uint32_t pa[8][4], dsa[8][4];  // P^T, dS^T as A fragments (k = queries)
+    const bool diagonal = step == blk.kb;  // masked on this step only (queries precede keys; every key past T)
+    // dS^T row = key (16 wl + g, + 8 of the warpgroup's 64), columns 8 j + 2 t: query half j / 8, chunk j % 8 of
+    // the row, swizzled, into tile [wg][j / 8] of this step's buffer, for dQ.
+    auto store_ds = [&](int j, uint32_t lo, uint32_t hi) {
+      unsigned char* tile = sdS + (2 * wg + j / 8) * kTileBytes;
+      const int r0 = wl * 16 + blk.g, c = j % 8;
+      *reinterpret_cast<uint32_t*>(tile + r0 * 128 + ((c ^ (r0 & 7)) << 4) + 4 * blk.t) = lo;
+      *reinterpret_cast<uint32_t*>(tile + (r0 + 8) * 128 + ((c ^ ((r0 + 8) & 7)) << 4) + 4 * blk.t) = hi;
+    };
+    const float* lse2 = sLse + st * kStepWs;
+    const float* delta_q = sDelta + st * kStepWs;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kHs / 16; ++kk) wgmma_ss_n128(s, desc_k + kk * kKStep, desc_q + kk * kKStep, kk > 0);
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < kHs / 16; ++kk) wgmma_ss_n128(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
+    wgmma_commit();
+    wgmma_wait<1>();
+    wgmma_settle(s);
+    if (diagonal) mask_scores(s, q0, blk.key_lo, blk.g, blk.t);
+    backward_p(s, lse2, sl2, false, q0, blk.key_lo, blk.g, blk.t, pa);
+    wgmma_wait<0>();
+    wgmma_settle(dp);
+    backward_ds(s, dp, delta_q, blk.t, dsa, store_ds);
+
+    // dV += P^T dO, then (after dQ's) dK += dS^T Q (K = the 128 queries; dO and Q are (queries, channels): MN-major
+    // B, the stage's two tiles one after the other). dV's MMAs run while the warpgroups meet at the barrier below,
+    // dK's while dQ leaves.
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      wgmma_settle(pa[kk]);
+      wgmma_settle(dsa[kk]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kStepWs / 16; ++kk) wgmma_rs<1>(dv, pa[kk], desc_do + kk * kMnStep);
+    wgmma_commit();
+
+    // dQ (queries 64 wg .., 64 channels) = dS K over the 128 keys: A = dS read from dS^T tiles [kh][wg] (MN-major),
+    // B = K half kh (keys, channels): MN-major.
+    fence_async_shared();                      // this thread's dS^T stores, visible to wgmma
+    named_barrier(1, kComputeThreadsWs);       // both warpgroups' dS^T rows are in place
+    float dqa[8][4];
+    wgmma_fence();
+#pragma unroll
+    for (int kh = 0; kh < 2; ++kh) {
+      const uint64_t desc_ds = sw128_desc(sdS + (2 * kh + wg) * kTileBytes);
+      const uint64_t desc_kh = sw128_desc(sK + kh * kTileBytes);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_ss<1, 1>(dqa, desc_ds + kk * kMnStep, desc_kh + kk * kMnStep, kh > 0 || kk > 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < kStepWs / 16; ++kk) wgmma_rs<1>(dk, dsa[kk], desc_q + kk * kMnStep);
+    wgmma_commit();
+    wgmma_wait<1>();  // dV's and dQ's groups
+    wgmma_settle(dv);
+    wgmma_settle(dqa);
+
+    // The warpgroup's dQ tile in fragment order, each warp's 16 rows one 4 KB quarter added by the warp's own bulk
+    // reduction (as in the cp.async kernel). Query tiles wholly past T are not in dq_accum (their dS is 0).
+    const int qb = 2 * step + wg;
+    if (qb < n_qb) {
+      float* warp_dq = sdQ + wg * 4096 + wl * 1024;
+      if (blk.lane == 0) bulk_wait_read();  // the warp's previous reduction has read its quarter
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          *reinterpret_cast<float2*>(warp_dq + (j * 2 + r) * 64 + 2 * blk.lane) =
+              make_float2(dqa[j][2 * r], dqa[j][2 * r + 1]);
+      fence_async_shared();  // this thread's stores, visible to the bulk copy engine
+      __syncwarp();
+      if (blk.lane == 0)
+        bulk_reduce_add(dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + wl * 1024, warp_dq, 64 * 64);
+    }
+    wgmma_wait<0>();  // dK's MMAs: the last reads of stage st
+    wgmma_settle(dk);
+    __syncwarp();
+    if (blk.lane == 0) mbar_arrive(empty + st);
+  }
+
+  if (blk.lane == 0) bulk_wait_all();  // shared memory must outlive each warp's last reduction's read
+  const int key0 = blk.k0 + 64 * wg;  // the warpgroup's first key
+  if constexpr (kDy) {  // dK and dV as the qkv linear's dy codes (kernels/attention_dy_codes.cuh), not into dqkv
+    named_barrier(1, kComputeThreadsWs);  // every computing warp is past its last MMAs: the Q stages are free
+    write_dkv_codes<true, kComputeThreadsWs>(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T,
+                                             blk.C, int64_t{BH / NH} * T, wl, blk.g, blk.t, tid % 128);
+  } else if (dy.stats.colsum) {  // into dqkv, and their column sums (qkv's bias gradient; accumulate false)
+    named_barrier(1, kComputeThreadsWs);
+    write_dkv_codes<false, kComputeThreadsWs>(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T,
+                                              blk.C, int64_t{BH / NH} * T, wl, blk.g, blk.t, tid % 128, dqkv);
+  } else {
+    add_dkv(dqkv, dk, dv, scale, accumulate, blk, T);  // dK (scaled) and dV into dqkv
+  }
+}
+
+#else  // not sm_90a: never launched (attention_wgmma_available() is false)
+
+template <bool kDy>
+__global__ void attention_backward_ws_kernel(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap,
+                                             bf16*, float*, const float*, const float*, int, int, int, int, float,
+                                             bool, AttentionDyCodes) {
+  __trap();
+}
+
+#endif
+
+// Whether the warp-specialized kernel takes these tensors: bf16 qkv and dout, 16-byte aligned (TMA's base).
+inline bool backward_ws_takes(const AttentionQkv& qkv, const bf16* dout) {
+  return qkv.bf16 != nullptr && reinterpret_cast<uintptr_t>(qkv.bf16) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(dout) % 16 == 0;
+}
+
+template <bool kDy>
+void launch_backward_ws(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout, const AttentionQkv& qkv,
+                        const float* lse, int B, int T, int NH, float scale, cudaStream_t stream, bool accumulate,
+                        const AttentionDyCodes& dy) {
+  FP8T_CHECK(backward_ws_takes(qkv, dout), "launch_backward_ws: needs bf16 qkv and dout, 16-byte aligned");
+  FP8T_CHECK(!kDy || (dy.scale != nullptr && !accumulate),
+             "launch_backward_ws: dy codes need a scale, and accumulate false");
+  FP8T_CHECK(kDy || !dy.stats.colsum || (!accumulate && dqkv),
+             "launch_backward_ws: column sums need accumulate false and dqkv");
+  auto* kernel = attention_backward_ws_kernel<kDy>;
+  static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
+  const int slots = resident.get([kernel] {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemWs));
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreadsWs, kSmemWs));
+    return sm_count() * std::max(per_sm, 1);
+  });
+  const int C = NH * kHs, BH = B * NH, n_kb = ceil_div(T, kKeysWs);
+  const CUtensorMap tm_qkv = tensor_map_bf16_3d(qkv.bf16, 3 * int64_t{C}, T, B, 3 * int64_t{C}, 3 * int64_t{C} * T,
+                                                64, 64);
+  const CUtensorMap tm_dout = tensor_map_bf16_3d(dout, C, T, B, C, int64_t{C} * T, 64, 64);
+  kernel<<<BH * n_kb, kThreadsWs, kSmemWs, stream>>>(tm_qkv, tm_dout, dqkv, dq_accum, delta, lse, BH, T, NH,
+                                                     backward_group(BH, n_kb, T, kHs, slots), scale, accumulate, dy);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+}  // namespace fp8t::kernels
