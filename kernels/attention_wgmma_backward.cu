@@ -1,7 +1,8 @@
 // The attention backward's main pass at head size 64 on Hopper's warpgroup MMA: the product's instances of the
 // 128-key kernels, warp-specialized with TMA loads where qkv is bf16
 // (kernels/attention_wgmma_backward128_ws_kernel.cuh) and with cp.async loads where it is E4M3 codes
-// (kernels/attention_wgmma_backward128_kernel.cuh); dK and dV into dqkv, or as dy codes. The 64-key kernel (kernels/attention_wgmma_backward_kernel.cuh) runs in the lab.
+// (kernels/attention_wgmma_backward128_kernel.cuh); dK and dV into dqkv, or as dy codes. The 64-key kernel
+// (kernels/attention_wgmma_backward_kernel.cuh) runs in the lab.
 #include "kernels/attention_wgmma_backward128_kernel.cuh"
 #include "kernels/attention_wgmma_backward128_ws_kernel.cuh"
 
