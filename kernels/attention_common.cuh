@@ -16,6 +16,11 @@ constexpr float kLog2e = 1.4426950408889634f;
 // is below 2^-126 T of the row's largest, far under one f32 ulp of anything it adds to; exp2f's subnormal handling
 // costs three instructions per score in kernels bound by their issue rate.
 
+// Barrier `id` (1..15; 0 is __syncthreads') over `threads` threads of the block, a multiple of 32.
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/attention.cuh"
+#include "kernels/attention_common.cuh"
 #include "kernels/fp8_convert8.cuh"
 
 namespace fp8t::kernels {
@@ -90,7 +91,7 @@ __device__ __forceinline__ void write_dkv_codes(const float (&dk)[8][4], const f
     if constexpr (kSyncThreads == 0)
       __syncthreads();
     else
-      asm volatile("bar.sync 1, %0;\n" ::"n"(kSyncThreads) : "memory");
+      named_barrier(1, kSyncThreads);
   };
   // The values, x[part][r][k] for channel 8 (k / 2) + 2 t + k % 2 of row 16 warp + g + 8 r (part 0: K, 1: V).
   // Each the bf16 value the plain path writes, rounded in pairs (bf16_round2: one conversion for two).

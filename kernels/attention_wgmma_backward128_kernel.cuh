@@ -231,19 +231,8 @@ __global__ void __launch_bounds__(kThreads128, 1)
     // (their dS is 0).
     const int qb = 2 * step + wg;
     if (qb < n_qb) {
-      float* warp_dq = sdQ + wg * 4096 + wl * 1024;
-      if (blk.lane == 0) bulk_wait_read();  // the warp's previous reduction has read its quarter
-      __syncwarp();
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          *reinterpret_cast<float2*>(warp_dq + (j * 2 + r) * 64 + 2 * blk.lane) =
-              make_float2(dqa[j][2 * r], dqa[j][2 * r + 1]);
-      fence_async_shared();  // this thread's stores, visible to the bulk copy engine
-      __syncwarp();
-      if (blk.lane == 0)
-        bulk_reduce_add(dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + wl * 1024, warp_dq, kDqTile128Bytes / 4);
+      reduce_dq_quarter(dqa, sdQ + wg * 4096 + wl * 1024, blk.lane,
+                        [&] { return dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + wl * 1024; });
     }
     if (tid < kSteps128) {  // stage st ^ 1 was last read in step - 1, before this step's first barrier
       sLse[(st ^ 1) * kSteps128 + tid] = (kFlags & kLseAtLoad) ? next_lse : next_lse * kLog2e;
@@ -293,9 +282,7 @@ void launch_backward_wgmma128(bf16* dqkv, float* dq_accum, const float* delta, c
   static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
   const int slots = resident.get([kernel] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem128));
-    int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads128, kSmem128));
-    return sm_count() * std::max(per_sm, 1);
+    return resident_blocks(reinterpret_cast<const void*>(kernel), kThreads128, kSmem128);
   });
   const int BH = B * NH, n_kb = ceil_div(T, kKeys128);
   kernel<<<BH * n_kb, kThreads128, kSmem128, stream>>>(dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH,

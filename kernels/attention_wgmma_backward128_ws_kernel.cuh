@@ -184,19 +184,8 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
     // reduction (as in the cp.async kernel). Query tiles wholly past T are not in dq_accum (their dS is 0).
     const int qb = 2 * step + wg;
     if (qb < n_qb) {
-      float* warp_dq = sdQ + wg * 4096 + wl * 1024;
-      if (blk.lane == 0) bulk_wait_read();  // the warp's previous reduction has read its quarter
-      __syncwarp();
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          *reinterpret_cast<float2*>(warp_dq + (j * 2 + r) * 64 + 2 * blk.lane) =
-              make_float2(dqa[j][2 * r], dqa[j][2 * r + 1]);
-      fence_async_shared();  // this thread's stores, visible to the bulk copy engine
-      __syncwarp();
-      if (blk.lane == 0)
-        bulk_reduce_add(dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + wl * 1024, warp_dq, 64 * 64);
+      reduce_dq_quarter(dqa, sdQ + wg * 4096 + wl * 1024, blk.lane,
+                        [&] { return dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + wl * 1024; });
     }
     wgmma_wait<0>();  // dK's MMAs: the last reads of stage st
     wgmma_settle(dk);
@@ -249,9 +238,7 @@ void launch_backward_ws(bf16* dqkv, float* dq_accum, const float* delta, const b
   static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
   const int slots = resident.get([kernel] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemWs));
-    int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreadsWs, kSmemWs));
-    return sm_count() * std::max(per_sm, 1);
+    return resident_blocks(reinterpret_cast<const void*>(kernel), kThreadsWs, kSmemWs);
   });
   const int C = NH * kHs, BH = B * NH, n_kb = ceil_div(T, kKeysWs);
   const CUtensorMap tm_qkv = tensor_map_bf16_3d(qkv.bf16, 3 * int64_t{C}, T, B, 3 * int64_t{C}, 3 * int64_t{C} * T,

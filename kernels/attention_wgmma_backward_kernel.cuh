@@ -200,22 +200,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     wgmma_settle(dk);
 
     if constexpr (kTiles) {
-      // Fragment order: the pair (row 16 w + g + 8 r, columns 8 j + 2 t, + 1) at ((w * 8 + j) * 2 + r) * 64 + 2 lane,
-      // so each warp's store is 256 contiguous bytes and its 16 rows one 4 KB quarter of the tile, which the warp
-      // adds by its own bulk reduction: no block barrier. Query rows past T hold dS = 0, hence zeros.
-      float* warp_dq = sdQ + blk.warp * 1024;
-      if (blk.lane == 0) bulk_wait_read();  // the warp's previous reduction has read its quarter
-      __syncwarp();
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          *reinterpret_cast<float2*>(warp_dq + (j * 2 + r) * 64 + 2 * blk.lane) =
-              make_float2(dqa[j][2 * r], dqa[j][2 * r + 1]);
-      fence_async_shared();  // this thread's stores, visible to the bulk copy engine
-      __syncwarp();
-      if (blk.lane == 0)
-        bulk_reduce_add(dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + blk.warp * 1024, warp_dq, kDqTileBytes / 4);
+      // Each warp's 16 rows one 4 KB quarter of the tile, added by the warp's own bulk reduction: no block barrier.
+      // Query rows past T hold dS = 0, hence zeros.
+      reduce_dq_quarter(dqa, sdQ + blk.warp * 1024, blk.lane,
+                        [&] { return dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + blk.warp * 1024; });
     } else {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -265,9 +253,7 @@ void launch_backward_wgmma(bf16* dqkv, float* dq_accum, const float* delta, cons
   static PerDevice<int> resident;  // blocks resident at once per device (the shared memory limit is set on each)
   const int slots = resident.get([kernel] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(kLayout)));
-    int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes(kLayout)));
-    return sm_count() * std::max(per_sm, 1);
+    return resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, smem_bytes(kLayout));
   });
   const int BH = B * NH, n_kb = ceil_div(T, kKeys);
   kernel<<<BH * n_kb, kThreads, smem_bytes(kLayout), stream>>>(dqkv, dq_accum, delta, dout, qkv, lse, BH, T, NH,

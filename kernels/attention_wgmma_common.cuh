@@ -163,6 +163,25 @@ __device__ __forceinline__ void bulk_reduce_add(float* dst, const float* src, in
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
+// A warp's 16 rows of a 64 x 64 dQ tile added into dst (their 4 KB quarter of the tile in dq_accum) by one bulk
+// reduction, staged in warp_dq (the warp's 4 KB of shared memory). Fragment order: the pair (row g + 8 r of the
+// warp's, columns 8 j + 2 t, + 1) of dqa at (j * 2 + r) * 64 + 2 lane, so each store is 256 contiguous bytes and no
+// block barrier is needed. First waits for the warp's previous reduction to have read warp_dq. dst() is called by lane
+// 0 only, where the reduction is issued.
+template <typename Dst>
+__device__ __forceinline__ void reduce_dq_quarter(const float (&dqa)[8][4], float* warp_dq, int lane, Dst dst) {
+  if (lane == 0) bulk_wait_read();
+  __syncwarp();
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      *reinterpret_cast<float2*>(warp_dq + (j * 2 + r) * 64 + 2 * lane) = make_float2(dqa[j][2 * r], dqa[j][2 * r + 1]);
+  fence_async_shared();  // this thread's stores, visible to the bulk copy engine
+  __syncwarp();
+  if (lane == 0) bulk_reduce_add(dst(), warp_dq, 64 * 64);
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 }  // namespace

@@ -1,8 +1,8 @@
 // Hopper's asynchronous loads for warp-specialized kernels (sm_90a): the tensor memory accelerator (TMA) copying a
 // box of a tensor into shared memory, the transaction barriers (mbarrier) that tell its readers when the bytes have
-// landed, named barriers over part of a block, and setmaxnreg to move registers from loading warps to computing
-// ones. The host side builds a tensor map (CUtensorMap) through the driver's cuTensorMapEncodeTiled, reached by
-// cudaGetDriverEntryPointByVersion so that nothing links libcuda.
+// landed, and setmaxnreg to move registers from loading warps to computing ones. The host side builds a tensor map
+// (CUtensorMap) through the driver's cuTensorMapEncodeTiled, reached by cudaGetDriverEntryPointByVersion so that
+// nothing links libcuda.
 #pragma once
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -60,11 +60,6 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, i
 }
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-
-// Barrier `id` (1..15; 0 is __syncthreads') over `threads` threads of the block, a multiple of 32.
-__device__ __forceinline__ void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // The warpgroup's registers a thread: down to N (loading warps), up to N (computing warps). Every thread of the
