@@ -10,6 +10,11 @@
 // moves them from the loading warpgroup (kProducerRegs) to the computing ones (kConsumerRegs): 384 threads, one
 // block per SM, 197 KB of shared memory. qkv as bf16 only (its E4M3 codes need a dequantizing load: the cp.async
 // kernel takes those).
+// dQ's tiles need no zeroing before the launch: the first block of a head to start zeroes that head's tiles from its
+// loading warpgroup's second warp (in L2, while the computing warps run their first step) and raises the head's
+// ready flag; every computing warp waits for that flag before its first reduction. The other blocks of the head wait
+// only for a block that is already running, so this cannot deadlock. The head's two flags (a ticket and ready) are
+// zeroed by the delta pass (attention_backward_delta).
 #pragma once
 #include "core/launch_limits.h"
 #include "kernels/attention_backward_passes.cuh"
@@ -30,14 +35,36 @@ constexpr int kSmemWs = 20 * kTileBytes + 2 * 64 * 64 * 4 + 4 * kStepWs * 4 + 6 
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
+// One warp: if this block is the first of its head to start (ticket 0 of the head's flags), zero the head's n floats
+// of dQ tiles, then raise its ready flag (flags[1]) for the blocks' bulk reductions.
+__device__ __forceinline__ void zero_head_dq(float* tiles, int n, int* flags, int lane) {
+  int ticket = 0;
+  if (lane == 0) ticket = atomicAdd(flags, 1);
+  if (__shfl_sync(0xffffffffu, ticket, 0) != 0) return;
+  // n % 128 == 0; few registers (the loading warpgroup has kProducerRegs): one zero register for the 16 bytes
+  for (float *p = tiles + 4 * lane, *end = tiles + n; p < end; p += 128)
+    asm volatile("st.global.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"l"(p), "r"(0) : "memory");
+  fence_proxy_async_global();  // the zeros, before the bulk reductions (async proxy) that the flag releases
+  __threadfence();
+  __syncwarp();
+  if (lane == 0) st_release_gpu(flags + 1, 1);
+}
+
+// Before a computing warp's first bulk reduction into the head's dQ tiles (lane 0): until they are zeroed.
+__device__ __forceinline__ void wait_head_dq(const int* flags) {
+  while (ld_acquire_gpu(flags + 1) == 0) __nanosleep(64);
+  fence_proxy_async_global();
+}
+
 // kDy: dK and dV go to dy's codes (AttentionDyCodes), not into dqkv. Else where dy.stats.colsum is set (accumulate
 // false), they go into dqkv with their column sums. tm_qkv: qkv (B, T, 3C) as 64 x 64 boxes; tm_dout: dout (B, T, C).
+// dq_flags: two ints per head (zero_head_dq), zero at the launch; dq_accum's tiles are written, not added to.
 template <bool kDy>
 __global__ void __launch_bounds__(kThreadsWs, 1)
     attention_backward_ws_kernel(const __grid_constant__ CUtensorMap tm_qkv,
                                  const __grid_constant__ CUtensorMap tm_dout, bf16* dqkv, float* dq_accum,
-                                 const float* delta, const float* lse, int BH, int T, int NH, int group, float scale,
-                                 bool accumulate, AttentionDyCodes dy) {
+                                 int* dq_flags, const float* delta, const float* lse, int BH, int T, int NH, int group,
+                                 float scale, bool accumulate, AttentionDyCodes dy) {
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   unsigned char* sK = smem;                    // [key half]
@@ -67,8 +94,10 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
   }
   __syncthreads();  // the block's only one: from here the loading warpgroup and the computing ones never meet
 
-  if (wg == 2) {  // the loading warpgroup: its first warp loads, the others leave
+  if (wg == 2) {  // the loading warpgroup: its first warp loads, its second may zero dQ's tiles, the others leave
     setmaxnreg_dec<kProducerRegs>();
+    if (blk.warp == 9)
+      zero_head_dq(dq_accum + int64_t{blk.bh} * n_qb * 4096, n_qb * 4096, dq_flags + 2 * blk.bh, blk.lane);
     if (blk.warp != 8) return;
     const int lane = blk.lane;
     if (lane == 0) {
@@ -109,6 +138,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
   float dk[8][4] = {}, dv[8][4] = {};
   const uint64_t desc_k = sw128_desc(sK + wg * kTileBytes), desc_v = sw128_desc(sV + wg * kTileBytes);
   mbar_wait(kv_full, 0);
+  bool dq_zeroed = false;  // lane 0: the head's dQ tiles are known to be zeroed (wait_head_dq)
 
   for (int step = blk.kb, it = 0; step < n_steps; ++step, ++it) {
     const int st = it & 1, q0 = step * kStepWs;
@@ -184,8 +214,11 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
     // reduction (as in the cp.async kernel). Query tiles wholly past T are not in dq_accum (their dS is 0).
     const int qb = 2 * step + wg;
     if (qb < n_qb) {
-      reduce_dq_quarter(dqa, sdQ + wg * 4096 + wl * 1024, blk.lane,
-                        [&] { return dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + wl * 1024; });
+      reduce_dq_quarter(dqa, sdQ + wg * 4096 + wl * 1024, blk.lane, [&] {
+        if (!dq_zeroed) wait_head_dq(dq_flags + 2 * blk.bh);
+        dq_zeroed = true;
+        return dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + wl * 1024;
+      });
     }
     wgmma_wait<0>();  // dK's MMAs: the last reads of stage st
     wgmma_settle(dk);
@@ -212,8 +245,8 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
 
 template <bool kDy>
 __global__ void attention_backward_ws_kernel(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap,
-                                             bf16*, float*, const float*, const float*, int, int, int, int, float,
-                                             bool, AttentionDyCodes) {
+                                             bf16*, float*, int*, const float*, const float*, int, int, int, int,
+                                             float, bool, AttentionDyCodes) {
   __trap();
 }
 
@@ -244,7 +277,8 @@ void launch_backward_ws(bf16* dqkv, float* dq_accum, const float* delta, const b
   const CUtensorMap tm_qkv = tensor_map_bf16_3d(qkv.bf16, 3 * int64_t{C}, T, B, 3 * int64_t{C}, 3 * int64_t{C} * T,
                                                 64, 64);
   const CUtensorMap tm_dout = tensor_map_bf16_3d(dout, C, T, B, C, int64_t{C} * T, 64, 64);
-  kernel<<<BH * n_kb, kThreadsWs, kSmemWs, stream>>>(tm_qkv, tm_dout, dqkv, dq_accum, delta, lse, BH, T, NH,
+  int* dq_flags = attention_dq_flags(dq_accum, B, T, NH);
+  kernel<<<BH * n_kb, kThreadsWs, kSmemWs, stream>>>(tm_qkv, tm_dout, dqkv, dq_accum, dq_flags, delta, lse, BH, T, NH,
                                                      backward_group(BH, n_kb, T, kHs, slots), scale, accumulate, dy);
   CUDA_CHECK_LAUNCH();
 }

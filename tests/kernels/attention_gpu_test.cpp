@@ -178,6 +178,35 @@ TEST_CASE("attention backward writes dqkv over NaN when not accumulating", "[gpu
   check_attention(3, 80, 3, 64, mma_sync, OutForm::fp8_codes_t, false);
 }
 
+// The dQ scratch as the caching allocator may hand it over: NaN in its tiles and flags, then what the previous
+// backward left there (its sums, its raised flags). The warp-specialized main pass zeroes each head's tiles itself,
+// from flags that the delta pass zeroes: a zeroing missed shows as NaN or as dQ counted twice.
+TEST_CASE("attention backward over a dirty dQ scratch", "[gpu][attention]") {
+  for (int T : {333, 1024}) {
+    const int B = 2, NH = 3, HS = 64, C = NH * HS;
+    const int64_t n_qkv = int64_t(B) * T * 3 * C, n_out = int64_t(B) * T * C;
+    const auto qkv = round_bf16(randn(n_qkv, 1.0f)), dout = round_bf16(randn(n_out));
+    const Tensor tqkv = upload(qkv, {B, T, 3 * C}, DType::bf16), tdout = upload(dout, {B, T, C}, DType::bf16);
+    Tensor out = poisoned({B, T, C}, DType::bf16), lse = poisoned({B, NH, T}, DType::f32);
+    cuda_ops::attention_forward(out, lse, tqkv, NH);
+    std::vector<float> rout(n_out), rlse(int64_t(B) * NH * T), g(n_qkv, 0.0f);
+    cpu::attention_forward(rout.data(), rlse.data(), qkv.data(), B, T, C, NH);
+    cpu::attention_backward(g.data(), dout.data(), qkv.data(), rout.data(), rlse.data(), B, T, C, NH);
+    Tensor dq_accum = poisoned({kernels::attention_dq_scratch_floats(B, T, NH, HS)}, DType::f32);
+    Tensor delta = poisoned({B, NH, T}, DType::f32);
+    for (int run = 0; run < 2; ++run) {
+      INFO("T=" << T << " run " << run << " (wgmma kernels: " << kernels::attention_wgmma_available() << ")");
+      Tensor dqkv = poisoned({B, T, 3 * C}, DType::bf16);
+      using bf16 = __nv_bfloat16;
+      kernels::attention_backward(dqkv.data<bf16>(), dq_accum.data<float>(), delta.data<float>(), tdout.data<bf16>(),
+                                  kernels::AttentionQkv{.bf16 = tqkv.data<bf16>()},
+                                  kernels::AttentionOut{.bf16 = out.data<bf16>()}, lse.data<float>(), B, T, NH, HS,
+                                  kernels::compute_stream(), {}, false);
+      check_rows(download(dqkv), g, std::vector<float>(n_qkv, 0.0f), int64_t(B) * T, C, HS, 1e-3 * rms(g));
+    }
+  }
+}
+
 TEST_CASE("attention head size 128", "[gpu][attention]") {
   for (int T : {1, 77, 130, 256, 333, 1024}) check_attention(2, T, 2, 128);
 }
