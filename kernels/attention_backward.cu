@@ -339,7 +339,7 @@ int64_t attention_dq_floats(DqLayout layout, int B, int T, int NH, int HS) {
 
 int64_t attention_dq_scratch_floats(int B, int T, int NH, int HS, const AttentionKernels& k) {
   if (!use_wgmma(HS, k)) return attention_dq_floats(DqLayout::rows, B, T, NH, HS);
-  return attention_dq_floats(DqLayout::tiles, B, T, NH, HS) + 4 * ceil_div64(2 * int64_t{B} * NH, 4);  // + flags
+  return attention_dq_floats(DqLayout::tiles, B, T, NH, HS) + 4 * ceil_div64(attention_dq_flag_count(B, T, NH), 4);
 }
 
 void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, const bf16* dout, const AttentionOut& out,
@@ -348,7 +348,7 @@ void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, co
   FP8T_CHECK(zero_tiles || layout == DqLayout::tiles, "attention_backward_delta: only tiles can be left unzeroed");
   const bool tiles = layout == DqLayout::tiles;
   int* flags = tiles ? attention_dq_flags(dq_accum, B, T, NH) : nullptr;
-  const int n_flags = tiles ? 2 * B * NH : 0;
+  const int n_flags = tiles ? static_cast<int>(attention_dq_flag_count(B, T, NH)) : 0;
   const int64_t dq_floats = attention_dq_floats(layout, B, T, NH, HS);
   FP8T_CHECK((out.bf16 != nullptr) != (out.e4m3_t != nullptr) && (!out.e4m3_t || out.scale_inv),
              "attention_backward: O must be given either as bf16 or as E4M3 codes with their scale_inv");
@@ -375,7 +375,7 @@ void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, co
                                        "B*T*C / 8 chunks of dout (256 per block)");
   // The kernel zeroes 8 floats of dq_accum per chunk: all of it in the rows layout, and in the tiled one where T is a
   // multiple of 64 (the same length; the layout does not matter to zeros). A longer tiled scratch is zeroed here.
-  // It zeroes the flags in any case (2 B NH <= n_chunks).
+  // It zeroes the flags in any case (B NH ceil(T / 128) <= n_chunks).
   const bool zero_here = zero_tiles && dq_floats != 8 * n_chunks;
   if (zero_here) CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, dq_floats * sizeof(float), stream));
   float* rows = zero_tiles && !zero_here ? dq_accum : nullptr;

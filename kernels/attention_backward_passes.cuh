@@ -19,11 +19,13 @@ enum class DqLayout : uint8_t {
 // Floats of dq_accum in `layout` for these sizes.
 int64_t attention_dq_floats(DqLayout layout, int B, int T, int NH, int HS);
 
-// The tiled scratch (attention_dq_scratch_floats) ends in two ints per head after the tiles: the flags by which the
-// warp-specialized main pass zeroes each head's tiles itself (kernels/attention_wgmma_backward128_ws_kernel.cuh).
+// The tiled scratch (attention_dq_scratch_floats) ends in attention_dq_flag_count ints after the tiles, an int per
+// pair of tiles by which the warp-specialized main pass zeroes them itself
+// (kernels/attention_wgmma_backward128_ws_kernel.cuh).
 inline int* attention_dq_flags(float* dq_accum, int B, int T, int NH) {
   return reinterpret_cast<int*>(dq_accum + attention_dq_floats(DqLayout::tiles, B, T, NH, 64));
 }
+inline int64_t attention_dq_flag_count(int B, int T, int NH) { return int64_t{B} * NH * ((T + 127) / 128); }
 
 // delta (B, NH, T) = rowsum(dO * O) per head, from dout (B, T, C) and out (either form); dq_accum = 0 in `layout`,
 // the tiled layout's flags included. zero_tiles false (DqLayout::tiles only): the flags alone, for a main pass that

@@ -10,11 +10,12 @@
 // moves them from the loading warpgroup (kProducerRegs) to the computing ones (kConsumerRegs): 384 threads, one
 // block per SM, 197 KB of shared memory. qkv as bf16 only (its E4M3 codes need a dequantizing load: the cp.async
 // kernel takes those).
-// dQ's tiles need no zeroing before the launch: the first block of a head to start zeroes that head's tiles from its
-// loading warpgroup's second warp (in L2, while the computing warps run their first step) and raises the head's
-// ready flag; every computing warp waits for that flag before its first reduction. The other blocks of the head wait
-// only for a block that is already running, so this cannot deadlock. The head's two flags (a ticket and ready) are
-// zeroed by the delta pass (attention_backward_delta).
+// dQ's tiles need no zeroing before the launch. They come in pairs of 128 queries (a step's), each pair with a state
+// (0 untouched, 1 being zeroed, 2 zeroed; zeroed at the launch by the delta pass, attention_backward_delta). A
+// block's loading warpgroup's second warp zeroes its diagonal pair, the one its first step adds into, in L2 while the
+// computing warps run that step. A computing warp reads its step's pair state while its first MMAs run; should the
+// pair not be zeroed yet when it adds into it (a block whose diagonal block has not started), it zeroes the pair
+// itself or waits for the warp that is zeroing it. Nothing waits for a block that has not started: no deadlock.
 #pragma once
 #include "core/launch_limits.h"
 #include "kernels/attention_backward_passes.cuh"
@@ -35,35 +36,52 @@ constexpr int kSmemWs = 20 * kTileBytes + 2 * 64 * 64 * 4 + 4 * kStepWs * 4 + 6 
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-// One warp: if this block is the first of its head to start (ticket 0 of the head's flags), zero the head's n floats
-// of dQ tiles, then raise its ready flag (flags[1]) for the blocks' bulk reductions.
-__device__ __forceinline__ void zero_head_dq(float* tiles, int n, int* flags, int lane) {
-  int ticket = 0;
-  if (lane == 0) ticket = atomicAdd(flags, 1);
-  if (__shfl_sync(0xffffffffu, ticket, 0) != 0) return;
-  // n % 128 == 0; few registers (the loading warpgroup has kProducerRegs): one zero register for the 16 bytes
-  for (float *p = tiles + 4 * lane, *end = tiles + n; p < end; p += 128)
-    asm volatile("st.global.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"l"(p), "r"(0) : "memory");
-  fence_proxy_async_global();  // the zeros, before the bulk reductions (async proxy) that the flag releases
+constexpr int kPairZeroing = 1, kPairZeroed = 2;
+
+// n floats (n % 4 == 0) = 0 by `lanes` threads, this one `lane`, each fenced for the bulk reductions (async proxy)
+// that the pair's state will release. Few registers (the loading warpgroup has kProducerRegs): one zero register.
+__device__ __forceinline__ void zero_dq_floats(float* p, int n, int lane, int lanes) {
+  for (float *q = p + 4 * lane, *end = p + n; q < end; q += 4 * lanes)
+    asm volatile("st.global.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"l"(q), "r"(0) : "memory");
+  fence_proxy_async_global();
   __threadfence();
-  __syncwarp();
-  if (lane == 0) st_release_gpu(flags + 1, 1);
 }
 
-// Before a computing warp's first bulk reduction into the head's dQ tiles (lane 0): until they are zeroed.
-__device__ __forceinline__ void wait_head_dq(const int* flags) {
-  while (ld_acquire_gpu(flags + 1) == 0) __nanosleep(64);
-  fence_proxy_async_global();
+// The loading warpgroup's second warp: the block's diagonal pair, n floats at tiles, zeroed unless another warp
+// has claimed it.
+__device__ __forceinline__ void zero_diagonal_pair(float* tiles, int n, int* state, int lane) {
+  int won = 0;
+  if (lane == 0) won = atomicCAS(state, 0, kPairZeroing) == 0;
+  if (!__shfl_sync(0xffffffffu, won, 0)) return;
+  zero_dq_floats(tiles, n, lane, 32);
+  __syncwarp();
+  if (lane == 0) st_release_gpu(state, kPairZeroed);
+}
+
+// A computing warp's lane 0 before its bulk reduction into a pair it did not see zeroed: zero it (alone) or wait
+// for the warp zeroing it.
+__device__ __forceinline__ void ensure_pair_zeroed(float* tiles, int n, int* state) {
+  for (;;) {
+    const int s = ld_acquire_gpu(state);
+    if (s == kPairZeroed) return;
+    if (s == 0 && atomicCAS(state, 0, kPairZeroing) == 0) {
+      zero_dq_floats(tiles, n, 0, 1);
+      st_release_gpu(state, kPairZeroed);
+      return;
+    }
+    __nanosleep(128);
+  }
 }
 
 // kDy: dK and dV go to dy's codes (AttentionDyCodes), not into dqkv. Else where dy.stats.colsum is set (accumulate
 // false), they go into dqkv with their column sums. tm_qkv: qkv (B, T, 3C) as 64 x 64 boxes; tm_dout: dout (B, T, C).
-// dq_flags: two ints per head (zero_head_dq), zero at the launch; dq_accum's tiles are written, not added to.
+// dq_state: an int per pair of dQ tiles (B * NH * ceil(T / 128)), zero at the launch; dq_accum's tiles are written,
+// not added to.
 template <bool kDy>
 __global__ void __launch_bounds__(kThreadsWs, 1)
     attention_backward_ws_kernel(const __grid_constant__ CUtensorMap tm_qkv,
                                  const __grid_constant__ CUtensorMap tm_dout, bf16* dqkv, float* dq_accum,
-                                 int* dq_flags, const float* delta, const float* lse, int BH, int T, int NH, int group,
+                                 int* dq_state, const float* delta, const float* lse, int BH, int T, int NH, int group,
                                  float scale, bool accumulate, AttentionDyCodes dy) {
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -97,7 +115,8 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
   if (wg == 2) {  // the loading warpgroup: its first warp loads, its second may zero dQ's tiles, the others leave
     setmaxnreg_dec<kProducerRegs>();
     if (blk.warp == 9)
-      zero_head_dq(dq_accum + int64_t{blk.bh} * n_qb * 4096, n_qb * 4096, dq_flags + 2 * blk.bh, blk.lane);
+      zero_diagonal_pair(dq_accum + (int64_t{blk.bh} * n_qb + 2 * blk.kb) * 4096,
+                         std::min(2, n_qb - 2 * blk.kb) * 4096, dq_state + blk.bh * n_steps + blk.kb, blk.lane);
     if (blk.warp != 8) return;
     const int lane = blk.lane;
     if (lane == 0) {
@@ -138,7 +157,6 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
   float dk[8][4] = {}, dv[8][4] = {};
   const uint64_t desc_k = sw128_desc(sK + wg * kTileBytes), desc_v = sw128_desc(sV + wg * kTileBytes);
   mbar_wait(kv_full, 0);
-  bool dq_zeroed = false;  // lane 0: the head's dQ tiles are known to be zeroed (wait_head_dq)
 
   for (int step = blk.kb, it = 0; step < n_steps; ++step, ++it) {
     const int st = it & 1, q0 = step * kStepWs;
@@ -167,6 +185,9 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
 #pragma unroll
     for (int kk = 0; kk < kHs / 16; ++kk) wgmma_ss_n128(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
     wgmma_commit();
+    int* pair_state = dq_state + blk.bh * n_steps + step;
+    int pair_seen = 0;  // lane 0: the pair's state, read while the MMAs run (zero_diagonal_pair)
+    if (blk.lane == 0) pair_seen = ld_acquire_gpu(pair_state);
     wgmma_wait<1>();
     wgmma_settle(s);
     if (diagonal) mask_scores(s, q0, blk.key_lo, blk.g, blk.t);
@@ -215,8 +236,9 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
     const int qb = 2 * step + wg;
     if (qb < n_qb) {
       reduce_dq_quarter(dqa, sdQ + wg * 4096 + wl * 1024, blk.lane, [&] {
-        if (!dq_zeroed) wait_head_dq(dq_flags + 2 * blk.bh);
-        dq_zeroed = true;
+        float* pair = dq_accum + (int64_t{blk.bh} * n_qb + 2 * step) * 4096;
+        if (pair_seen != kPairZeroed) ensure_pair_zeroed(pair, std::min(2, n_qb - 2 * step) * 4096, pair_state);
+        fence_proxy_async_global();
         return dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + wl * 1024;
       });
     }
@@ -277,8 +299,8 @@ void launch_backward_ws(bf16* dqkv, float* dq_accum, const float* delta, const b
   const CUtensorMap tm_qkv = tensor_map_bf16_3d(qkv.bf16, 3 * int64_t{C}, T, B, 3 * int64_t{C}, 3 * int64_t{C} * T,
                                                 64, 64);
   const CUtensorMap tm_dout = tensor_map_bf16_3d(dout, C, T, B, C, int64_t{C} * T, 64, 64);
-  int* dq_flags = attention_dq_flags(dq_accum, B, T, NH);
-  kernel<<<BH * n_kb, kThreadsWs, kSmemWs, stream>>>(tm_qkv, tm_dout, dqkv, dq_accum, dq_flags, delta, lse, BH, T, NH,
+  int* dq_state = attention_dq_flags(dq_accum, B, T, NH);
+  kernel<<<BH * n_kb, kThreadsWs, kSmemWs, stream>>>(tm_qkv, tm_dout, dqkv, dq_accum, dq_state, delta, lse, BH, T, NH,
                                                      backward_group(BH, n_kb, T, kHs, slots), scale, accumulate, dy);
   CUDA_CHECK_LAUNCH();
 }
