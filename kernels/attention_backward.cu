@@ -10,15 +10,13 @@
 namespace fp8t::kernels {
 namespace {
 
-// delta (B, NH, T) = rowsum(dO * O) per head, and dq_accum (B, T, C) = 0 for the backward's atomics (null: left
-// alone), and flags[0, n_flags) = 0 (n_flags <= n_chunks). One thread per 8 channels (16-byte loads); HS / 8 adjacent
-// lanes hold one head of one row.
+// delta (B, NH, T) = rowsum(dO * O) per head, and dq_accum (B, T, C) = 0 for the backward's atomics.
+// One thread per 8 channels (16-byte loads); HS / 8 adjacent lanes hold one head of one row.
 template <int HS>
-__global__ void attention_delta_kernel(float* delta, float* dq_accum, int* flags, int n_flags, const bf16* dout,
-                                       const bf16* out, int64_t n_chunks, int T, int NH) {
+__global__ void attention_delta_kernel(float* delta, float* dq_accum, const bf16* dout, const bf16* out,
+                                       int64_t n_chunks, int T, int NH) {
   constexpr int kLanes = HS / 8;
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (i < n_flags) flags[i] = 0;
   float acc = 0.0f;
   if (i < n_chunks) {
     const auto a = Vec16<bf16>::load(dout + 8 * i), o = Vec16<bf16>::load(out + 8 * i);
@@ -308,8 +306,7 @@ void launch_backward(bf16* dqkv, float* dq_accum, float* delta, const bf16* dout
   const float scale = 1.0f / sqrtf(float(HS));
   const bool wgmma = use_wgmma(HS, k);
   const DqLayout layout = wgmma ? DqLayout::tiles : DqLayout::rows;
-  const bool main_zeroes = wgmma && attention_backward_wgmma64_zeroes_dq(qkv, dout);
-  attention_backward_delta(delta, dq_accum, layout, dout, out, B, T, NH, HS, stream, !main_zeroes);
+  attention_backward_delta(delta, dq_accum, layout, dout, out, B, T, NH, HS, stream);
   if (wgmma) {
     attention_backward_wgmma64(dqkv, dq_accum, delta, dout, qkv, lse, B, T, NH, scale, stream, accumulate, dy);
   } else {
@@ -338,18 +335,12 @@ int64_t attention_dq_floats(DqLayout layout, int B, int T, int NH, int HS) {
 }
 
 int64_t attention_dq_scratch_floats(int B, int T, int NH, int HS, const AttentionKernels& k) {
-  if (!use_wgmma(HS, k)) return attention_dq_floats(DqLayout::rows, B, T, NH, HS);
-  return attention_dq_floats(DqLayout::tiles, B, T, NH, HS) + 4 * ceil_div64(attention_dq_flag_count(B, T, NH), 4);
+  return attention_dq_floats(use_wgmma(HS, k) ? DqLayout::tiles : DqLayout::rows, B, T, NH, HS);
 }
 
 void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, const bf16* dout, const AttentionOut& out,
-                              int B, int T, int NH, int HS, cudaStream_t stream, bool zero_tiles) {
+                              int B, int T, int NH, int HS, cudaStream_t stream) {
   check_pass("attention_backward_delta", layout, HS);
-  FP8T_CHECK(zero_tiles || layout == DqLayout::tiles, "attention_backward_delta: only tiles can be left unzeroed");
-  const bool tiles = layout == DqLayout::tiles;
-  int* flags = tiles ? attention_dq_flags(dq_accum, B, T, NH) : nullptr;
-  const int n_flags = tiles ? static_cast<int>(attention_dq_flag_count(B, T, NH)) : 0;
-  const int64_t dq_floats = attention_dq_floats(layout, B, T, NH, HS);
   FP8T_CHECK((out.bf16 != nullptr) != (out.e4m3_t != nullptr) && (!out.e4m3_t || out.scale_inv),
              "attention_backward: O must be given either as bf16 or as E4M3 codes with their scale_inv");
   if (out.e4m3_t) {  // the codes' kernel leaves dq_accum alone: zeroed here in either layout
@@ -358,10 +349,7 @@ void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, co
                "attention_backward: O's transposed codes need B * T = {} a multiple of 16 and 16-byte alignment", M);
     const unsigned blocks = checked_grid(ceil_div64(threads, 256), kMaxGridX, "attention_backward",
                                          "B*T / 4 * NH * HS / 8 threads (256 per block)");
-    if (zero_tiles)  // the tiles and the flags after them, or the rows
-      CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, dq_floats * sizeof(float) + n_flags * sizeof(int), stream));
-    else
-      CUDA_CHECK(cudaMemsetAsync(flags, 0, n_flags * sizeof(int), stream));
+    CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, attention_dq_floats(layout, B, T, NH, HS) * sizeof(float), stream));
     if (HS == 64)
       attention_delta_fp8t_kernel<64><<<blocks, 256, 0, stream>>>(delta, dout, out.e4m3_t, out.scale_inv, M, T, NH);
     else
@@ -375,16 +363,14 @@ void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, co
                                        "B*T*C / 8 chunks of dout (256 per block)");
   // The kernel zeroes 8 floats of dq_accum per chunk: all of it in the rows layout, and in the tiled one where T is a
   // multiple of 64 (the same length; the layout does not matter to zeros). A longer tiled scratch is zeroed here.
-  // It zeroes the flags in any case (B NH ceil(T / 128) <= n_chunks).
-  const bool zero_here = zero_tiles && dq_floats != 8 * n_chunks;
+  const int64_t dq_floats = attention_dq_floats(layout, B, T, NH, HS);
+  const bool zero_here = dq_floats != 8 * n_chunks;
   if (zero_here) CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, dq_floats * sizeof(float), stream));
-  float* rows = zero_tiles && !zero_here ? dq_accum : nullptr;
+  float* rows = zero_here ? nullptr : dq_accum;
   if (HS == 64)
-    attention_delta_kernel<64><<<blocks, 256, 0, stream>>>(delta, rows, flags, n_flags, dout, out.bf16, n_chunks, T,
-                                                           NH);
+    attention_delta_kernel<64><<<blocks, 256, 0, stream>>>(delta, rows, dout, out.bf16, n_chunks, T, NH);
   else
-    attention_delta_kernel<128><<<blocks, 256, 0, stream>>>(delta, rows, flags, n_flags, dout, out.bf16, n_chunks, T,
-                                                            NH);
+    attention_delta_kernel<128><<<blocks, 256, 0, stream>>>(delta, rows, dout, out.bf16, n_chunks, T, NH);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -19,20 +19,9 @@ enum class DqLayout : uint8_t {
 // Floats of dq_accum in `layout` for these sizes.
 int64_t attention_dq_floats(DqLayout layout, int B, int T, int NH, int HS);
 
-// The tiled scratch (attention_dq_scratch_floats) ends in attention_dq_flag_count ints after the tiles, an int per
-// pair of tiles by which the warp-specialized main pass zeroes them itself
-// (kernels/attention_wgmma_backward128_ws_kernel.cuh).
-inline int* attention_dq_flags(float* dq_accum, int B, int T, int NH) {
-  return reinterpret_cast<int*>(dq_accum + attention_dq_floats(DqLayout::tiles, B, T, NH, 64));
-}
-inline int64_t attention_dq_flag_count(int B, int T, int NH) { return int64_t{B} * NH * ((T + 127) / 128); }
-
-// delta (B, NH, T) = rowsum(dO * O) per head, from dout (B, T, C) and out (either form); dq_accum = 0 in `layout`,
-// the tiled layout's flags included. zero_tiles false (DqLayout::tiles only): the flags alone, for a main pass that
-// zeroes the tiles itself (attention_backward_wgmma64_zeroes_dq).
+// delta (B, NH, T) = rowsum(dO * O) per head, from dout (B, T, C) and out (either form); dq_accum = 0 in `layout`.
 void attention_backward_delta(float* delta, float* dq_accum, DqLayout layout, const __nv_bfloat16* dout,
-                              const AttentionOut& out, int B, int T, int NH, int HS, cudaStream_t stream,
-                              bool zero_tiles = true);
+                              const AttentionOut& out, int B, int T, int NH, int HS, cudaStream_t stream);
 
 // dqkv's Q part (B, T, 3C) += scale * dq_accum (`layout`), scale = 1 / sqrt(HS); = instead unless `accumulate`.
 void attention_backward_dq(__nv_bfloat16* dqkv, const float* dq_accum, DqLayout layout, int B, int T, int NH, int HS,

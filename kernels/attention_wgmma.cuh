@@ -15,13 +15,8 @@ bool attention_wgmma_available();
 void attention_forward_wgmma64(__nv_bfloat16* out, float* lse, const AttentionQkv& qkv, int B, int T, int NH,
                                float scale, cudaStream_t stream);
 
-// Whether attention_backward_wgmma64 writes dQ over dq_accum's tiles rather than adding to them, zeroing each head's
-// tiles itself (bf16 qkv and dout, 16-byte aligned: the warp-specialized kernel). The delta pass then zeroes only the
-// flags after the tiles (attention_backward_delta's zero_tiles false).
-bool attention_backward_wgmma64_zeroes_dq(const AttentionQkv& qkv, const __nv_bfloat16* dout);
 // dqkv's K and V parts += dK, dV (= unless `accumulate`), or with dy, dK and dV as dy's codes (accumulate ignored,
-// dqkv not written); dq_accum += dQ / scale in DqLayout::tiles (kernels/attention_backward_passes.cuh), or = where
-// attention_backward_wgmma64_zeroes_dq. dq_accum: attention_dq_scratch_floats, its flags zeroed by the delta pass.
+// dqkv not written); dq_accum += dQ / scale in DqLayout::tiles (kernels/attention_backward_passes.cuh).
 // delta (B, NH, T) from the delta pass; lse (B, NH, T) from the forward. Head size 64 only.
 void attention_backward_wgmma64(__nv_bfloat16* dqkv, float* dq_accum, const float* delta, const __nv_bfloat16* dout,
                                 const AttentionQkv& qkv, const float* lse, int B, int T, int NH, float scale,

@@ -8,10 +8,6 @@
 
 namespace fp8t::kernels {
 
-bool attention_backward_wgmma64_zeroes_dq(const AttentionQkv& qkv, const bf16* dout) {
-  return backward_ws_takes(qkv, dout);
-}
-
 void attention_backward_wgmma64(bf16* dqkv, float* dq_accum, const float* delta, const bf16* dout,
                                 const AttentionQkv& qkv, const float* lse, int B, int T, int NH, float scale,
                                 cudaStream_t stream, bool accumulate, const AttentionDyCodes* dy) {

@@ -10,12 +10,6 @@
 // moves them from the loading warpgroup (kProducerRegs) to the computing ones (kConsumerRegs): 384 threads, one
 // block per SM, 197 KB of shared memory. qkv as bf16 only (its E4M3 codes need a dequantizing load: the cp.async
 // kernel takes those).
-// dQ's tiles need no zeroing before the launch. They come in pairs of 128 queries (a step's), each pair with a state
-// (0 untouched, 1 being zeroed, 2 zeroed; zeroed at the launch by the delta pass, attention_backward_delta). A
-// block's loading warpgroup's second warp zeroes its diagonal pair, the one its first step adds into, in L2 while the
-// computing warps run that step. A computing warp reads its step's pair state while its first MMAs run; should the
-// pair not be zeroed yet when it adds into it (a block whose diagonal block has not started), it zeroes the pair
-// itself or waits for the warp that is zeroing it. Nothing waits for a block that has not started: no deadlock.
 #pragma once
 #include "core/launch_limits.h"
 #include "kernels/attention_backward_passes.cuh"
@@ -36,53 +30,14 @@ constexpr int kSmemWs = 20 * kTileBytes + 2 * 64 * 64 * 4 + 4 * kStepWs * 4 + 6 
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-constexpr int kPairZeroing = 1, kPairZeroed = 2;
-
-// n floats (n % 4 == 0) = 0 by `lanes` threads, this one `lane`, each fenced for the bulk reductions (async proxy)
-// that the pair's state will release. Few registers (the loading warpgroup has kProducerRegs): one zero register.
-__device__ __forceinline__ void zero_dq_floats(float* p, int n, int lane, int lanes) {
-  for (float *q = p + 4 * lane, *end = p + n; q < end; q += 4 * lanes)
-    asm volatile("st.global.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"l"(q), "r"(0) : "memory");
-  fence_proxy_async_global();
-  __threadfence();
-}
-
-// The loading warpgroup's second warp: the block's diagonal pair, n floats at tiles, zeroed unless another warp
-// has claimed it.
-__device__ __forceinline__ void zero_diagonal_pair(float* tiles, int n, int* state, int lane) {
-  int won = 0;
-  if (lane == 0) won = atomicCAS(state, 0, kPairZeroing) == 0;
-  if (!__shfl_sync(0xffffffffu, won, 0)) return;
-  zero_dq_floats(tiles, n, lane, 32);
-  __syncwarp();
-  if (lane == 0) st_release_gpu(state, kPairZeroed);
-}
-
-// A computing warp's lane 0 before its bulk reduction into a pair it did not see zeroed: zero it (alone) or wait
-// for the warp zeroing it.
-__device__ __forceinline__ void ensure_pair_zeroed(float* tiles, int n, int* state) {
-  for (;;) {
-    const int s = ld_acquire_gpu(state);
-    if (s == kPairZeroed) return;
-    if (s == 0 && atomicCAS(state, 0, kPairZeroing) == 0) {
-      zero_dq_floats(tiles, n, 0, 1);
-      st_release_gpu(state, kPairZeroed);
-      return;
-    }
-    __nanosleep(128);
-  }
-}
-
 // kDy: dK and dV go to dy's codes (AttentionDyCodes), not into dqkv. Else where dy.stats.colsum is set (accumulate
 // false), they go into dqkv with their column sums. tm_qkv: qkv (B, T, 3C) as 64 x 64 boxes; tm_dout: dout (B, T, C).
-// dq_state: an int per pair of dQ tiles (B * NH * ceil(T / 128)), zero at the launch; dq_accum's tiles are written,
-// not added to.
 template <bool kDy>
 __global__ void __launch_bounds__(kThreadsWs, 1)
     attention_backward_ws_kernel(const __grid_constant__ CUtensorMap tm_qkv,
                                  const __grid_constant__ CUtensorMap tm_dout, bf16* dqkv, float* dq_accum,
-                                 int* dq_state, const float* delta, const float* lse, int BH, int T, int NH, int group,
-                                 float scale, bool accumulate, AttentionDyCodes dy) {
+                                 const float* delta, const float* lse, int BH, int T, int NH, int group, float scale,
+                                 bool accumulate, AttentionDyCodes dy) {
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   unsigned char* sK = smem;                    // [key half]
@@ -112,11 +67,8 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
   }
   __syncthreads();  // the block's only one: from here the loading warpgroup and the computing ones never meet
 
-  if (wg == 2) {  // the loading warpgroup: its first warp loads, its second may zero dQ's tiles, the others leave
+  if (wg == 2) {  // the loading warpgroup: its first warp loads, the others leave
     setmaxnreg_dec<kProducerRegs>();
-    if (blk.warp == 9)
-      zero_diagonal_pair(dq_accum + (int64_t{blk.bh} * n_qb + 2 * blk.kb) * 4096,
-                         std::min(2, n_qb - 2 * blk.kb) * 4096, dq_state + blk.bh * n_steps + blk.kb, blk.lane);
     if (blk.warp != 8) return;
     const int lane = blk.lane;
     if (lane == 0) {
@@ -185,9 +137,6 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
 #pragma unroll
     for (int kk = 0; kk < kHs / 16; ++kk) wgmma_ss_n128(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
     wgmma_commit();
-    int* pair_state = dq_state + blk.bh * n_steps + step;
-    int pair_seen = 0;  // lane 0: the pair's state, read while the MMAs run (zero_diagonal_pair)
-    if (blk.lane == 0) pair_seen = ld_acquire_gpu(pair_state);
     wgmma_wait<1>();
     wgmma_settle(s);
     if (diagonal) mask_scores(s, q0, blk.key_lo, blk.g, blk.t);
@@ -235,12 +184,8 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
     // reduction (as in the cp.async kernel). Query tiles wholly past T are not in dq_accum (their dS is 0).
     const int qb = 2 * step + wg;
     if (qb < n_qb) {
-      reduce_dq_quarter(dqa, sdQ + wg * 4096 + wl * 1024, blk.lane, [&] {
-        float* pair = dq_accum + (int64_t{blk.bh} * n_qb + 2 * step) * 4096;
-        if (pair_seen != kPairZeroed) ensure_pair_zeroed(pair, std::min(2, n_qb - 2 * step) * 4096, pair_state);
-        fence_proxy_async_global();
-        return dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + wl * 1024;
-      });
+      reduce_dq_quarter(dqa, sdQ + wg * 4096 + wl * 1024, blk.lane,
+                        [&] { return dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + wl * 1024; });
     }
     wgmma_wait<0>();  // dK's MMAs: the last reads of stage st
     wgmma_settle(dk);
@@ -267,8 +212,8 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
 
 template <bool kDy>
 __global__ void attention_backward_ws_kernel(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap,
-                                             bf16*, float*, int*, const float*, const float*, int, int, int, int,
-                                             float, bool, AttentionDyCodes) {
+                                             bf16*, float*, const float*, const float*, int, int, int, int, float,
+                                             bool, AttentionDyCodes) {
   __trap();
 }
 
@@ -299,8 +244,7 @@ void launch_backward_ws(bf16* dqkv, float* dq_accum, const float* delta, const b
   const CUtensorMap tm_qkv = tensor_map_bf16_3d(qkv.bf16, 3 * int64_t{C}, T, B, 3 * int64_t{C}, 3 * int64_t{C} * T,
                                                 64, 64);
   const CUtensorMap tm_dout = tensor_map_bf16_3d(dout, C, T, B, C, int64_t{C} * T, 64, 64);
-  int* dq_state = attention_dq_flags(dq_accum, B, T, NH);
-  kernel<<<BH * n_kb, kThreadsWs, kSmemWs, stream>>>(tm_qkv, tm_dout, dqkv, dq_accum, dq_state, delta, lse, BH, T, NH,
+  kernel<<<BH * n_kb, kThreadsWs, kSmemWs, stream>>>(tm_qkv, tm_dout, dqkv, dq_accum, delta, lse, BH, T, NH,
                                                      backward_group(BH, n_kb, T, kHs, slots), scale, accumulate, dy);
   CUDA_CHECK_LAUNCH();
 }

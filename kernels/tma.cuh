@@ -73,21 +73,6 @@ __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
-// A flag in global memory shared by blocks: read with acquire, written with release, at GPU scope.
-__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release_gpu(int* p, int v) {
-  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-// Orders this thread's global accesses through the generic proxy (plain loads and stores) with those through the
-// async proxy (bulk copies and reductions, TMA).
-__device__ __forceinline__ void fence_proxy_async_global() {
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-}
-
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // The tensor map of a bf16 tensor (d2, d1, d0) with row stride ld0 elements (>= d0) and plane stride ld1 elements,

@@ -178,9 +178,8 @@ TEST_CASE("attention backward writes dqkv over NaN when not accumulating", "[gpu
   check_attention(3, 80, 3, 64, mma_sync, OutForm::fp8_codes_t, false);
 }
 
-// The dQ scratch as the caching allocator may hand it over: NaN in its tiles and flags, then what the previous
-// backward left there (its sums, its raised flags). The warp-specialized main pass zeroes each head's tiles itself,
-// from flags that the delta pass zeroes: a zeroing missed shows as NaN or as dQ counted twice.
+// The dQ scratch as the caching allocator may hand it over: NaN, then what the previous backward left there (its
+// sums). Every main pass adds dQ into it, so a zeroing missed shows as NaN or as dQ counted twice.
 TEST_CASE("attention backward over a dirty dQ scratch", "[gpu][attention]") {
   for (int T : {333, 1024}) {
     const int B = 2, NH = 3, HS = 64, C = NH * HS;
