@@ -79,7 +79,8 @@ struct Gemm {
   // BF16 mode's fc2 dgrad (NN layouts, as matmul_backward_input_dgelu): 0 no epilogue, 1 DGELU (aux: pre),
   // 2 DGELU_BGRAD with a bf16 bias gradient, 3 DGELU_BGRAD with an f32 one. -1: the TN rows above.
   int dgelu = -1;
-  // fc's forward with the GELU in the epilogue, pre written as the bf16 aux output: 1 GELU_AUX_BIAS, 2 GELU_AUX.
+  // fc's forward with the GELU in the epilogue, pre written as the aux output: 1 GELU_AUX_BIAS, 2 GELU_AUX (bf16
+  // aux); 3 GELU_AUX_BIAS with pre as E4M3 codes (an aux scale and its amax).
   int gelu = 0;
 };
 
@@ -102,20 +103,22 @@ int algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttribut
   return static_cast<int>(value);
 }
 
-// Median over `runs` timed launches of one algorithm (after two warm-ups); -1 when it cannot run.
+// Median over `runs` timed launches of one algorithm (after two warm-ups); minus the cuBLAS status when it cannot
+// run. C is D's buffer where their types agree; cuBLASLt runs C == D only with equal layouts.
 float time_algo(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, const void* A, cublasLtMatrixLayout_t la,
-                const void* B, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, void* D, cublasLtMatrixLayout_t ld,
-                float beta, const cublasLtMatmulAlgo_t& algo, void* ws, int runs) {
+                const void* B, cublasLtMatrixLayout_t lb, const void* C, cublasLtMatrixLayout_t lc, void* D,
+                cublasLtMatrixLayout_t ld, float beta, const cublasLtMatmulAlgo_t& algo, void* ws, int runs) {
   const float alpha = 1.0f;
-  for (int i = 0; i < 2; ++i)
-    if (cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, lc, D, ld, &algo, ws, kWorkspace, 0) !=
-        CUBLAS_STATUS_SUCCESS)
-      return -1.0f;
+  for (int i = 0; i < 2; ++i) {
+    const cublasStatus_t st = cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, C, lc, D, ld, &algo, ws,
+                                             kWorkspace, 0);
+    if (st != CUBLAS_STATUS_SUCCESS) return -static_cast<float>(st);
+  }
   std::vector<cudaEvent_t> ev(runs + 1);
   for (auto& e : ev) CK(cudaEventCreate(&e));
   CK(cudaEventRecord(ev[0]));
   for (int i = 0; i < runs; ++i) {
-    LK(cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, lc, D, ld, &algo, ws, kWorkspace, 0));
+    LK(cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, C, lc, D, ld, &algo, ws, kWorkspace, 0));
     CK(cudaEventRecord(ev[i + 1]));
   }
   CK(cudaEventSynchronize(ev[runs]));
@@ -133,10 +136,14 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
   const size_t a_bytes = in_bytes * g.k * g.m, b_bytes = in_bytes * g.k * g.n;
   const bool fp8_out = g.d != CUDA_R_16BF;  // E4M3 D: a D scale and its amax, C in bf16
   const size_t d_bytes = size_t{2} * g.m * g.n;
-  uint8_t *A, *B, *D;
+  uint8_t *A, *B, *D, *C = nullptr;  // C: bf16 (m x n) of its own under an E4M3 D, else D's buffer
   CK(cudaMalloc(&A, a_bytes));
   CK(cudaMalloc(&B, b_bytes));
   CK(cudaMalloc(&D, d_bytes));
+  if (fp8_out) {
+    CK(cudaMalloc(&C, d_bytes));
+    CK(cudaMemset(C, 0, d_bytes));
+  }
   if (bf16_in) {  // every element 0x3C3C (~0.0115)
     CK(cudaMemset(A, 0x3C, a_bytes));
     CK(cudaMemset(B, 0x3C, b_bytes));
@@ -166,7 +173,11 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
     set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(aux));
     set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{g.m});
   }
-  if (g.gelu >= 1) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, CUDA_R_16BF);
+  if (g.gelu >= 1) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, g.gelu == 3 ? g.d : CUDA_R_16BF);
+  if (g.gelu == 3) {  // pre as E4M3 codes: their scale (1.0) and amax in slots of their own
+    set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_POINTER, static_cast<void*>(scale));
+    set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_AMAX_POINTER, static_cast<void*>(scale + 8));
+  }
   if (g.dgelu >= 2) {
     set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, g.dgelu == 2 ? CUDA_R_16BF : CUDA_R_32F);
     set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(bgrad));
@@ -183,8 +194,7 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
   if (fp8_out) {
     set_desc(desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, static_cast<const float*>(scale));
     // Its own 16-byte aligned slot, as kernels/matmul.cu keeps FP8 scale pointers (cuBLASLt refused A/B scales at a
-    // 4-byte offset). The first run of this program, with the amax at scale + 1, found no algorithm for the E4M3
-    // row; whether that offset was why is for the next run to say.
+    // 4-byte offset).
     set_desc(desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, scale + 4);
   }
   cublasLtMatrixLayout_t la, lb, lc, ld;
@@ -217,7 +227,7 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
     // run. So t[0] is the first choice, and t[0].us < 0 says it could not run.
     if (i > 0 && results[i].state != CUBLAS_STATUS_SUCCESS) continue;
     const cublasLtMatmulAlgo_t& algo = results[i].algo;
-    const float us = time_algo(lt, desc, A, la, B, lb, lc, D, ld, g.beta, algo, ws, 15);
+    const float us = time_algo(lt, desc, A, la, B, lb, C ? C : D, lc, D, ld, g.beta, algo, ws, 15);
     timed.push_back({i, us, algo_attr(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
                      algo_attr(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID), algo_attr(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
                      algo_attr(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID)});
@@ -231,6 +241,7 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
   CK(cudaFree(A));
   CK(cudaFree(B));
   CK(cudaFree(D));
+  if (C) CK(cudaFree(C));
   if (aux) CK(cudaFree(aux));
   if (bgrad) CK(cudaFree(bgrad));
   return timed;
@@ -251,10 +262,10 @@ int main(int argc, char** argv) {
   float* scale;
   void* bias;
   CK(cudaMalloc(&ws, kWorkspace));
-  CK(cudaMalloc(&scale, 32));  // the A/B/D scales (1.0) at scale[0], D's amax at scale[4]
+  CK(cudaMalloc(&scale, 64));  // the A/B/D/aux scales (1.0) at scale[0], D's amax at scale[4], aux's at scale[8]
   CK(cudaMalloc(&bias, size_t{2} * 4 * C));
   CK(cudaMemset(bias, 0, size_t{2} * 4 * C));
-  const float one[8] = {1.0f, 1.0f, 1.0f, 1.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  const float one[16] = {1.0f, 1.0f, 1.0f, 1.0f};
   CK(cudaMemcpy(scale, one, sizeof(one), cudaMemcpyHostToDevice));
 
   const cudaDataType_t e4 = CUDA_R_8F_E4M3, e5 = CUDA_R_8F_E5M2, h = CUDA_R_16BF;
@@ -285,6 +296,7 @@ int main(int argc, char** argv) {
       gemms.push_back({name("fwd-gelu-aux-bias"), l.oc, M, l.ic, e4, e4, h, true, true, 0.0f, true, -1, 1});
       gemms.push_back({name("fwd-e4m3-gelu-aux-bias"), l.oc, M, l.ic, e4, e4, e4, true, true, 0.0f, true, -1, 1});
       gemms.push_back({name("fwd-e4m3-gelu-aux"), l.oc, M, l.ic, e4, e4, e4, false, true, 0.0f, true, -1, 2});
+      gemms.push_back({name("fwd-e4m3-gelu-e4aux-bias"), l.oc, M, l.ic, e4, e4, e4, true, true, 0.0f, true, -1, 3});
     }
     if (l.ic == 4 * C) {  // fc2: BF16 mode's dgrad into d(pre), m = fc2's input channels (4C)
       const char* what[] = {"bf16 dgrad-nn", "bf16 dgrad-dgelu", "bf16 dgrad-dgelu-bgrad16",
@@ -304,8 +316,8 @@ int main(int argc, char** argv) {
       continue;
     }
     if (t[0].us < 0) {
-      std::printf("| %s | %d | %d | %d | the first choice did not run (%zu candidates) |\n", g.name, g.m, g.n, g.k,
-                  t.size());
+      std::printf("| %s | %d | %d | %d | the first choice did not run (status %d; %zu candidates) |\n", g.name, g.m,
+                  g.n, g.k, static_cast<int>(-t[0].us), t.size());
       continue;
     }
     const Timed* best = &t[0];
