@@ -81,8 +81,8 @@ void check_sizes(const char* what, const AttentionQkv& qkv, int B, int T, int NH
     FP8T_CHECK(qkv.row_scale_inv && (reinterpret_cast<uintptr_t>(qkv.e4m3) & 7u) == 0,
                "{}: qkv's codes must be 8-byte aligned, with their per-row scale_inv", what);
   }
-  FP8T_CHECK(int64_t{B} * NH <= 0x7fffffff && ceil_div(T, kFwdRows) <= 65535, "{}: grid too large (B={} NH={} T={})", what, B,
-             NH, T);
+  FP8T_CHECK(int64_t{B} * NH <= 0x7fffffff && ceil_div(T, kFwdRows) <= 65535,
+             "{}: grid too large (B={} NH={} T={})", what, B, NH, T);
   // The kernels take C = NH * HS and offsets up to 3 C within a row as int.
   checked_int(3 * int64_t{NH} * HS, what, "the qkv row length 3 * NH * HS");
 }

@@ -120,30 +120,11 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
     float s[16][4], dp[16][4];
     uint32_t pa[8][4], dsa[8][4];  // P^T, dS^T as A fragments (k = queries)
     const bool diagonal = step == blk.kb;  // masked on this step only (queries precede keys; every key past T)
-    // dS^T row = key (16 wl + g, + 8 of the warpgroup's 64), columns 8 j + 2 t: query half j / 8, chunk j % 8 of
-    // the row, swizzled, into tile [wg][j / 8] of this step's buffer, for dQ.
-    auto store_ds = [&](int j, uint32_t lo, uint32_t hi) {
-      unsigned char* tile = sdS + (2 * wg + j / 8) * kTileBytes;
-      const int r0 = wl * 16 + blk.g, c = j % 8;
-      *reinterpret_cast<uint32_t*>(tile + r0 * 128 + ((c ^ (r0 & 7)) << 4) + 4 * blk.t) = lo;
-      *reinterpret_cast<uint32_t*>(tile + (r0 + 8) * 128 + ((c ^ ((r0 + 8) & 7)) << 4) + 4 * blk.t) = hi;
-    };
+    auto store_ds = [&](int j, uint32_t lo, uint32_t hi) { store_ds_sw128(sdS, wg, wl, blk.g, blk.t, j, lo, hi); };
     const float* lse2 = sLse + st * kStepWs;
     const float* delta_q = sDelta + st * kStepWs;
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kHs / 16; ++kk) wgmma_ss_n128(s, desc_k + kk * kKStep, desc_q + kk * kKStep, kk > 0);
-    wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < kHs / 16; ++kk) wgmma_ss_n128(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
-    wgmma_commit();
-    wgmma_wait<1>();
-    wgmma_settle(s);
-    if (diagonal) mask_scores(s, q0, blk.key_lo, blk.g, blk.t);
-    backward_p(s, lse2, sl2, false, q0, blk.key_lo, blk.g, blk.t, pa);
-    wgmma_wait<0>();
-    wgmma_settle(dp);
-    backward_ds(s, dp, delta_q, blk.t, dsa, store_ds);
+    backward_sdp_ds(s, dp, pa, dsa, desc_k, desc_q, desc_v, desc_do, lse2, delta_q, sl2, diagonal, q0, blk.key_lo,
+                    blk.g, blk.t, store_ds);
 
     // dV += P^T dO, then (after dQ's) dK += dS^T Q (K = the 128 queries; dO and Q are (queries, channels): MN-major
     // B, the stage's two tiles one after the other). dV's MMAs run while the warpgroups meet at the barrier below,
@@ -158,21 +139,11 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
     for (int kk = 0; kk < kStepWs / 16; ++kk) wgmma_rs<1>(dv, pa[kk], desc_do + kk * kMnStep);
     wgmma_commit();
 
-    // dQ (queries 64 wg .., 64 channels) = dS K over the 128 keys: A = dS read from dS^T tiles [kh][wg] (MN-major),
-    // B = K half kh (keys, channels): MN-major.
+    // dQ of the warpgroup's 64 queries = dS K over the 128 keys (mma_dq_128keys), once both dS^T are stored.
     fence_async_shared();                      // this thread's dS^T stores, visible to wgmma
     named_barrier(1, kComputeThreadsWs);       // both warpgroups' dS^T rows are in place
     float dqa[8][4];
-    wgmma_fence();
-#pragma unroll
-    for (int kh = 0; kh < 2; ++kh) {
-      const uint64_t desc_ds = sw128_desc(sdS + (2 * kh + wg) * kTileBytes);
-      const uint64_t desc_kh = sw128_desc(sK + kh * kTileBytes);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        wgmma_ss<1, 1>(dqa, desc_ds + kk * kMnStep, desc_kh + kk * kMnStep, kh > 0 || kk > 0);
-    }
-    wgmma_commit();
+    mma_dq_128keys(dqa, sdS, sK, wg);
 #pragma unroll
     for (int kk = 0; kk < kStepWs / 16; ++kk) wgmma_rs<1>(dk, dsa[kk], desc_q + kk * kMnStep);
     wgmma_commit();
@@ -180,13 +151,8 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
     wgmma_settle(dv);
     wgmma_settle(dqa);
 
-    // The warpgroup's dQ tile in fragment order, each warp's 16 rows one 4 KB quarter added by the warp's own bulk
-    // reduction (as in the cp.async kernel). Query tiles wholly past T are not in dq_accum (their dS is 0).
-    const int qb = 2 * step + wg;
-    if (qb < n_qb) {
-      reduce_dq_quarter(dqa, sdQ + wg * 4096 + wl * 1024, blk.lane,
-                        [&] { return dq_accum + (int64_t{blk.bh} * n_qb + qb) * 4096 + wl * 1024; });
-    }
+    // The warpgroup's dQ tile (query tile 2 step + wg) out by bulk reductions.
+    reduce_dq_tile_128(dqa, sdQ, dq_accum, blk.bh, n_qb, 2 * step + wg, wg, wl, blk.lane);
     wgmma_wait<0>();  // dK's MMAs: the last reads of stage st
     wgmma_settle(dk);
     __syncwarp();
@@ -194,18 +160,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
   }
 
   if (blk.lane == 0) bulk_wait_all();  // shared memory must outlive each warp's last reduction's read
-  const int key0 = blk.k0 + 64 * wg;  // the warpgroup's first key
-  if constexpr (kDy) {  // dK and dV as the qkv linear's dy codes (kernels/attention_dy_codes.cuh), not into dqkv
-    named_barrier(1, kComputeThreadsWs);  // every computing warp is past its last MMAs: the Q stages are free
-    write_dkv_codes<true, kComputeThreadsWs>(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T,
-                                             blk.C, int64_t{BH / NH} * T, wl, blk.g, blk.t, tid % 128);
-  } else if (dy.stats.colsum) {  // into dqkv, and their column sums (qkv's bias gradient; accumulate false)
-    named_barrier(1, kComputeThreadsWs);
-    write_dkv_codes<false, kComputeThreadsWs>(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T,
-                                              blk.C, int64_t{BH / NH} * T, wl, blk.g, blk.t, tid % 128, dqkv);
-  } else {
-    add_dkv(dqkv, dk, dv, scale, accumulate, blk, T);  // dK (scaled) and dV into dqkv
-  }
+  finish_dkv_128<kDy, kComputeThreadsWs>(dk, dv, scale, dy, dqkv, accumulate, blk, wg, wl, tid % 128, sQ, BH, NH, T);
 }
 
 #else  // not sm_90a: never launched (attention_wgmma_available() is false)

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/attention_common.cuh"
+#include "kernels/attention_dy_codes.cuh"
 #include "kernels/fp8_codec.cuh"
 
 namespace fp8t::kernels {
@@ -163,6 +164,94 @@ __device__ __forceinline__ void bulk_reduce_add(float* dst, const float* src, in
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
+// The 128-key kernels' dS^T fragment j of a warp (warpgroup wg, warp wl of it; rows key 16 wl + g and + 8 of the
+// warpgroup's 64, columns 8 j + 2 t): query half j / 8, chunk j % 8 of the row, swizzled, into tile [wg][j / 8] of
+// the four at `tiles` ([key half][query half]), where dQ's MMAs read it.
+__device__ __forceinline__ void store_ds_sw128(unsigned char* tiles, int wg, int wl, int g, int t, int j, uint32_t lo,
+                                               uint32_t hi) {
+  unsigned char* tile = tiles + (2 * wg + j / 8) * kTileBytes;
+  const int r0 = wl * 16 + g, c = j % 8;
+  *reinterpret_cast<uint32_t*>(tile + r0 * 128 + ((c ^ (r0 & 7)) << 4) + 4 * t) = lo;
+  *reinterpret_cast<uint32_t*>(tile + (r0 + 8) * 128 + ((c ^ ((r0 + 8) & 7)) << 4) + 4 * t) = hi;
+}
+
+// The 128-key kernels' scores of a step, for one warpgroup: S^T = K_w Q^T, then dP^T = V_w dO^T (64 keys x 128
+// queries, K = the 64 channels), in two groups; P^T (the diagonal step's masked scores set to -inf first) while
+// dP^T's MMAs run, then dS^T, each fragment also given to store_ds for dQ. pa, dsa: P^T and dS^T as A fragments
+// (k = queries). kMaskEveryStep (a lab order): the mask's test inside P^T's loop on every step instead.
+template <bool kMaskEveryStep = false, typename StoreDs>
+__device__ __forceinline__ void backward_sdp_ds(float (&s)[16][4], float (&dp)[16][4], uint32_t (&pa)[8][4],
+                                                uint32_t (&dsa)[8][4], uint64_t desc_k, uint64_t desc_q,
+                                                uint64_t desc_v, uint64_t desc_do, const float* lse2,
+                                                const float* delta_q, float sl2, bool diagonal, int q0, int key_lo,
+                                                int g, int t, StoreDs store_ds) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kHs / 16; ++kk) wgmma_ss_n128(s, desc_k + kk * kKStep, desc_q + kk * kKStep, kk > 0);
+  wgmma_commit();
+#pragma unroll
+  for (int kk = 0; kk < kHs / 16; ++kk) wgmma_ss_n128(dp, desc_v + kk * kKStep, desc_do + kk * kKStep, kk > 0);
+  wgmma_commit();
+  wgmma_wait<1>();
+  wgmma_settle(s);
+  if constexpr (kMaskEveryStep) {
+    backward_p(s, lse2, sl2, diagonal, q0, key_lo, g, t, pa);
+  } else {
+    if (diagonal) mask_scores(s, q0, key_lo, g, t);
+    backward_p(s, lse2, sl2, false, q0, key_lo, g, t, pa);
+  }
+  wgmma_wait<0>();
+  wgmma_settle(dp);
+  backward_ds(s, dp, delta_q, t, dsa, store_ds);
+}
+
+// The 128-key kernels' dQ MMAs, issued and committed as one group: dQ (queries 64 wg .., 64 channels) = dS K over
+// the 128 keys. A = dS read from the dS^T tiles [kh][wg] at ds_tiles (MN-major), B = the K tile of key half kh at
+// k_tiles (keys, channels): MN-major.
+__device__ __forceinline__ void mma_dq_128keys(float (&dqa)[8][4], const unsigned char* ds_tiles,
+                                               const unsigned char* k_tiles, int wg) {
+  wgmma_fence();
+#pragma unroll
+  for (int kh = 0; kh < 2; ++kh) {
+    const uint64_t desc_ds = sw128_desc(ds_tiles + (2 * kh + wg) * kTileBytes);
+    const uint64_t desc_kh = sw128_desc(k_tiles + kh * kTileBytes);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_ss<1, 1>(dqa, desc_ds + kk * kMnStep, desc_kh + kk * kMnStep, kh > 0 || kk > 0);
+  }
+  wgmma_commit();
+}
+
+// The end of a 128-key main pass (kernels/attention_wgmma_backward128*_kernel.cuh) for warpgroup wg (its warp wl,
+// thread tid 0 .. 127 of it), once its last MMAs are done: dK and dV as dy codes (kDy), else into dqkv with their
+// column sums where dy.stats.colsum is set (accumulate false), else into dqkv by add_dkv. sQ: the Q stages (2 tiles
+// a warpgroup), free once every warpgroup is past its last MMAs, which the block barrier first made here (kSyncThreads:
+// as write_dkv_codes's) assures. BH / NH: the batch.
+template <bool kDy, int kSyncThreads = 0, int KEYS, int HS>
+__device__ __forceinline__ void finish_dkv_128(const float (&dk)[8][4], const float (&dv)[8][4], float scale,
+                                               const AttentionDyCodes& dy, __nv_bfloat16* dqkv, bool accumulate,
+                                               const BackwardBlock<KEYS, HS>& blk, int wg, int wl, int tid,
+                                               uint8_t* sQ, int BH, int NH, int T) {
+  auto sync = [] {
+    if constexpr (kSyncThreads == 0)
+      __syncthreads();
+    else
+      named_barrier(1, kSyncThreads);
+  };
+  const int key0 = blk.k0 + 64 * wg;  // the warpgroup's first key
+  if constexpr (kDy) {
+    sync();
+    write_dkv_codes<true, kSyncThreads>(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T, blk.C,
+                                        int64_t{BH / NH} * T, wl, blk.g, blk.t, tid);
+  } else if (dy.stats.colsum) {
+    sync();
+    write_dkv_codes<false, kSyncThreads>(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T, blk.C,
+                                         int64_t{BH / NH} * T, wl, blk.g, blk.t, tid, dqkv);
+  } else {
+    add_dkv(dqkv, dk, dv, scale, accumulate, blk, T);  // dK (scaled) and dV into dqkv
+  }
+}
+
 // A warp's 16 rows of a 64 x 64 dQ tile added into dst (their 4 KB quarter of the tile in dq_accum) by one bulk
 // reduction, staged in warp_dq (the warp's 4 KB of shared memory). Fragment order: the pair (row g + 8 r of the
 // warp's, columns 8 j + 2 t, + 1) of dqa at (j * 2 + r) * 64 + 2 lane, so each store is 256 contiguous bytes and no
@@ -180,6 +269,17 @@ __device__ __forceinline__ void reduce_dq_quarter(const float (&dqa)[8][4], floa
   fence_async_shared();  // this thread's stores, visible to the bulk copy engine
   __syncwarp();
   if (lane == 0) bulk_reduce_add(dst(), warp_dq, 64 * 64);
+}
+
+// The 128-key kernels' dQ of warpgroup wg (its warp wl) for query tile qb (64 queries) added into dq_accum
+// (DqLayout::tiles, head bh's n_qb tiles), one 4 KB quarter a warp through the warpgroup's 16 KB of sdQ. Query tiles
+// wholly past T are not in dq_accum (their dS is 0).
+__device__ __forceinline__ void reduce_dq_tile_128(const float (&dqa)[8][4], float* sdQ, float* dq_accum, int bh,
+                                                   int n_qb, int qb, int wg, int wl, int lane) {
+  if (qb < n_qb) {
+    reduce_dq_quarter(dqa, sdQ + wg * 4096 + wl * 1024, lane,
+                      [&] { return dq_accum + (int64_t{bh} * n_qb + qb) * 4096 + wl * 1024; });
+  }
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
