@@ -7,10 +7,11 @@
 // E4M3 (D scale and amax) with and without the bias epilogue, and BF16 mode's forward with and without it; for fc2,
 // BF16 mode's dgrad as kernels/matmul.cu runs it (NN layouts, the DGELU epilogue reading pre as aux) beside the same
 // with DGELU_BGRAD (fc's bias gradient from the epilogue, into a bf16 or an f32 vector) and without an epilogue; for
-// fc, the forward with the GELU in its epilogue (GELU_AUX_BIAS and GELU_AUX, pre as the bf16 aux output) into bf16
-// and into E4M3: whether fc's GEMM could write fc2's input codes itself, in place of the GELU cast.
+// fc, the forward with the GELU in its epilogue (GELU_AUX_BIAS and GELU_AUX, pre as the bf16 aux output, or as E4M3
+// codes) into bf16 and into E4M3: whether fc's GEMM could write fc2's input codes itself, in place of the GELU cast.
 // Build: nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a gemm_sweep.cu -lcublasLt -o gemm_sweep
-// Usage: gemm_sweep [C ROWS [CANDIDATES]]   (default 1600 16384 32: GPT-2 1.5B, B=16, T=1024)
+// Usage: gemm_sweep [C ROWS [CANDIDATES]]   (default 1600 16384 32: GPT-2 1.5B, B=16, T=1024); GEMM_SWEEP_ONLY=fc
+// runs only the rows whose names contain "fc".
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #define CK(x)                                                                                 \
@@ -309,7 +311,9 @@ int main(int argc, char** argv) {
               " first tile,stages,splitk,cluster | best tile,stages,splitk,cluster | candidates |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   double first_sum = 0, best_sum = 0;
+  const char* only = std::getenv("GEMM_SWEEP_ONLY");  // rows whose name contains it; all when unset
   for (const Gemm& g : gemms) {
+    if (only && !std::strstr(g.name, only)) continue;
     const std::vector<Timed> t = sweep(lt, g, want, ws, scale, bias);
     if (t.empty()) {
       std::printf("| %s | %d | %d | %d | no algorithm |\n", g.name, g.m, g.n, g.k);
