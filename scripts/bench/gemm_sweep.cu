@@ -5,8 +5,10 @@
 // the accumulating wgrads always) leaves against the fastest candidate the heuristic offers. Comparison rows, not in
 // the layer's sum: dgrad and wgrad with fast accumulation, the forward without its bias epilogue, the forward writing
 // E4M3 (D scale and amax) with and without the bias epilogue, and BF16 mode's forward with and without it; for fc2,
-// BF16 mode's dgrad as kernels/matmul.cu runs it (NN layouts, the DGELU epilogue reading pre as aux) beside the same
-// with DGELU_BGRAD (fc's bias gradient from the epilogue, into a bf16 or an f32 vector) and without an epilogue; for
+// FP8 mode's dgrad into E5M2 codes, and with the DGELU epilogue (pre read as bf16 or as E4M3 codes), in place of the
+// dgelu cast's read of d(h) and pre; BF16 mode's dgrad as kernels/matmul.cu runs it (NN layouts, the DGELU
+// epilogue reading pre as aux) beside the same with DGELU_BGRAD (fc's bias gradient from the epilogue, into a bf16 or
+// an f32 vector) and without an epilogue; for
 // fc, the forward with the GELU in its epilogue (GELU_AUX_BIAS and GELU_AUX, pre as the bf16 aux output, or as E4M3
 // codes) into bf16 and into E4M3: whether fc's GEMM could write fc2's input codes itself, in place of the GELU cast.
 // Build: nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a gemm_sweep.cu -lcublasLt -o gemm_sweep
@@ -84,6 +86,8 @@ struct Gemm {
   // fc's forward with the GELU in the epilogue, pre written as the aux output: 1 GELU_AUX_BIAS, 2 GELU_AUX (bf16
   // aux); 3 GELU_AUX_BIAS with pre as E4M3 codes (an aux scale and its amax).
   int gelu = 0;
+  // FP8 mode's fc2 dgrad (TN) with the DGELU epilogue reading pre: 1 as bf16, 2 as E4M3 codes (an aux scale).
+  int fp8_dgelu = 0;
 };
 
 struct Timed {
@@ -136,7 +140,7 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
   const bool bf16_in = g.a == CUDA_R_16BF;  // BF16 mode's GEMM: no scales
   const size_t in_bytes = bf16_in ? 2 : 1;
   const size_t a_bytes = in_bytes * g.k * g.m, b_bytes = in_bytes * g.k * g.n;
-  const bool fp8_out = g.d != CUDA_R_16BF;  // E4M3 D: a D scale and its amax, C in bf16
+  const bool fp8_out = g.d != CUDA_R_16BF;  // an FP8 D: a D scale and its amax, C in bf16
   const size_t d_bytes = size_t{2} * g.m * g.n;
   uint8_t *A, *B, *D, *C = nullptr;  // C: bf16 (m x n) of its own under an E4M3 D, else D's buffer
   CK(cudaMalloc(&A, a_bytes));
@@ -157,7 +161,7 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
   CK(cudaGetLastError());
   const bool nn = g.dgelu >= 0;
   uint8_t *aux = nullptr, *bgrad = nullptr;  // pre (m x n bf16, as D) and the bias gradient (m, f32 room)
-  if (g.dgelu >= 1 || g.gelu >= 1) {
+  if (g.dgelu >= 1 || g.gelu >= 1 || g.fp8_dgelu >= 1) {
     CK(cudaMalloc(&aux, d_bytes));
     CK(cudaMemset(aux, 0x3C, d_bytes));
     CK(cudaMalloc(&bgrad, size_t{4} * g.m));
@@ -170,12 +174,16 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
   cublasLtEpilogue_t epilogue = g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   if (g.dgelu >= 1) epilogue = g.dgelu == 1 ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DGELU_BGRAD;
   if (g.gelu >= 1) epilogue = g.gelu == 1 ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (g.fp8_dgelu >= 1) epilogue = CUBLASLT_EPILOGUE_DGELU;
   set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
-  if (g.dgelu >= 1 || g.gelu >= 1) {
+  if (g.dgelu >= 1 || g.gelu >= 1 || g.fp8_dgelu >= 1) {
     set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(aux));
     set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{g.m});
   }
   if (g.gelu >= 1) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, g.gelu == 3 ? g.d : CUDA_R_16BF);
+  if (g.fp8_dgelu >= 1)
+    set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, g.fp8_dgelu == 2 ? CUDA_R_8F_E4M3 : CUDA_R_16BF);
+  if (g.fp8_dgelu == 2) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_POINTER, static_cast<void*>(scale));
   if (g.gelu == 3) {  // pre as E4M3 codes: their scale (1.0) and amax in slots of their own
     set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_POINTER, static_cast<void*>(scale));
     set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_AMAX_POINTER, static_cast<void*>(scale + 8));
@@ -299,6 +307,12 @@ int main(int argc, char** argv) {
       gemms.push_back({name("fwd-e4m3-gelu-aux-bias"), l.oc, M, l.ic, e4, e4, e4, true, true, 0.0f, true, -1, 1});
       gemms.push_back({name("fwd-e4m3-gelu-aux"), l.oc, M, l.ic, e4, e4, e4, false, true, 0.0f, true, -1, 2});
       gemms.push_back({name("fwd-e4m3-gelu-e4aux-bias"), l.oc, M, l.ic, e4, e4, e4, true, true, 0.0f, true, -1, 3});
+    }
+    if (l.ic == 4 * C) {  // fc2: FP8 mode's dgrad into E5M2 codes, with the DGELU epilogue (pre as aux)
+      gemms.push_back({name("dgrad-e5m2-out"), l.ic, M, l.oc, e4, e5, e5, false, true, 0.0f, true});
+      gemms.push_back({name("dgrad-dgelu"), l.ic, M, l.oc, e4, e5, h, false, true, 0.0f, true, -1, 0, 1});
+      gemms.push_back({name("dgrad-e5m2-dgelu"), l.ic, M, l.oc, e4, e5, e5, false, true, 0.0f, true, -1, 0, 1});
+      gemms.push_back({name("dgrad-e5m2-dgelu-e4aux"), l.ic, M, l.oc, e4, e5, e5, false, true, 0.0f, true, -1, 0, 2});
     }
     if (l.ic == 4 * C) {  // fc2: BF16 mode's dgrad into d(pre), m = fc2's input channels (4C)
       const char* what[] = {"bf16 dgrad-nn", "bf16 dgrad-dgelu", "bf16 dgrad-dgelu-bgrad16",
