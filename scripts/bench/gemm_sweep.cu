@@ -1,16 +1,16 @@
-// Every cuBLASLt candidate for the FP8 GEMMs of one GPT-2 layer, as fp8train sets them up (kernels/matmul.cu:
-// TN layouts, per-tensor scales, the forward with the bias epilogue and fast accumulation into bf16, dgrad
-// E4M3 x E5M2 into bf16, wgrad E4M3 x E5M2 accumulated into the bf16 gradient with beta 1, a 32 MiB workspace),
-// each timed alone: what the heuristic's first choice (the one fp8train runs with run.gemm_autotune false, and for
-// the accumulating wgrads always) leaves against the fastest candidate the heuristic offers. Comparison rows, not in
-// the layer's sum: dgrad and wgrad with fast accumulation, the forward without its bias epilogue, the forward writing
-// E4M3 (D scale and amax) with and without the bias epilogue, and BF16 mode's forward with and without it; for fc2,
-// FP8 mode's dgrad into E5M2 codes, and with the DGELU epilogue (pre read as bf16 or as E4M3 codes), in place of the
-// dgelu cast's read of d(h) and pre; BF16 mode's dgrad as kernels/matmul.cu runs it (NN layouts, the DGELU
-// epilogue reading pre as aux) beside the same with DGELU_BGRAD (fc's bias gradient from the epilogue, into a bf16 or
-// an f32 vector) and without an epilogue; for
-// fc, the forward with the GELU in its epilogue (GELU_AUX_BIAS and GELU_AUX, pre as the bf16 aux output, or as E4M3
-// codes) into bf16 and into E4M3: whether fc's GEMM could write fc2's input codes itself, in place of the GELU cast.
+// Every cuBLASLt candidate for the FP8 GEMMs of one GPT-2 layer, as fp8train sets them up (kernels/matmul.cu: TN
+// layouts, per-tensor scales, the forward with the bias epilogue and fast accumulation into bf16, dgrad E4M3 x E5M2
+// into bf16, wgrad E4M3 x E5M2 accumulated into the bf16 gradient with beta 1, a 32 MiB workspace), each timed alone:
+// what the heuristic's first choice (the one fp8train runs with run.gemm_autotune false, and for the accumulating
+// wgrads always) leaves against the fastest candidate the heuristic offers. Comparison rows, not in the layer's sum:
+// dgrad and wgrad with fast accumulation, the forward without its bias epilogue, the forward writing E4M3 (D scale and
+// amax) with and without the bias epilogue, and BF16 mode's forward with and without it; for fc2, FP8 mode's dgrad into
+// E5M2 codes, and with the DGELU epilogue (pre read as bf16 or as E4M3 codes), in place of the dgelu cast's read of
+// d(h) and pre; BF16 mode's dgrad as kernels/matmul.cu runs it (NN layouts, the DGELU epilogue reading pre as aux)
+// beside the same with DGELU_BGRAD (fc's bias gradient from the epilogue, into a bf16 or an f32 vector) and without an
+// epilogue; for fc, the forward with the GELU in its epilogue (GELU_AUX_BIAS and GELU_AUX, pre as the bf16 aux output,
+// or as E4M3 codes) into bf16 and into E4M3: whether fc's GEMM could write fc2's input codes itself, in place of the
+// GELU cast.
 // Build: nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a gemm_sweep.cu -lcublasLt -o gemm_sweep
 // Usage: gemm_sweep [C ROWS [CANDIDATES]]   (default 1600 16384 32: GPT-2 1.5B, B=16, T=1024); GEMM_SWEEP_ONLY=fc
 // runs only the rows whose names contain "fc".
@@ -160,12 +160,13 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
   CK(cudaMemset(D, 0, d_bytes));
   CK(cudaGetLastError());
   const bool nn = g.dgelu >= 0;
-  uint8_t *aux = nullptr, *bgrad = nullptr;  // pre (m x n bf16, as D) and the bias gradient (m, f32 room)
-  if (g.dgelu >= 1 || g.gelu >= 1 || g.fp8_dgelu >= 1) {
+  const bool has_aux = g.dgelu >= 1 || g.gelu >= 1 || g.fp8_dgelu >= 1;
+  uint8_t *aux = nullptr, *bgrad = nullptr;  // pre (m x n, bf16 room) and the bias gradient (m, f32 room)
+  if (has_aux) {
     CK(cudaMalloc(&aux, d_bytes));
     CK(cudaMemset(aux, 0x3C, d_bytes));
-    CK(cudaMalloc(&bgrad, size_t{4} * g.m));
   }
+  if (g.dgelu >= 2) CK(cudaMalloc(&bgrad, size_t{4} * g.m));
 
   cublasLtMatmulDesc_t desc;
   LK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -176,7 +177,7 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
   if (g.gelu >= 1) epilogue = g.gelu == 1 ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   if (g.fp8_dgelu >= 1) epilogue = CUBLASLT_EPILOGUE_DGELU;
   set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
-  if (g.dgelu >= 1 || g.gelu >= 1 || g.fp8_dgelu >= 1) {
+  if (has_aux) {
     set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(aux));
     set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{g.m});
   }
@@ -313,8 +314,7 @@ int main(int argc, char** argv) {
       gemms.push_back({name("dgrad-dgelu"), l.ic, M, l.oc, e4, e5, h, false, true, 0.0f, true, -1, 0, 1});
       gemms.push_back({name("dgrad-e5m2-dgelu"), l.ic, M, l.oc, e4, e5, e5, false, true, 0.0f, true, -1, 0, 1});
       gemms.push_back({name("dgrad-e5m2-dgelu-e4aux"), l.ic, M, l.oc, e4, e5, e5, false, true, 0.0f, true, -1, 0, 2});
-    }
-    if (l.ic == 4 * C) {  // fc2: BF16 mode's dgrad into d(pre), m = fc2's input channels (4C)
+      // BF16 mode's dgrad into d(pre), m = fc2's input channels (4C)
       const char* what[] = {"bf16 dgrad-nn", "bf16 dgrad-dgelu", "bf16 dgrad-dgelu-bgrad16",
                             "bf16 dgrad-dgelu-bgrad32"};
       for (int e = 0; e < 4; ++e)
