@@ -142,7 +142,7 @@ std::vector<Timed> sweep(cublasLtHandle_t lt, const Gemm& g, int want, void* ws,
   const size_t a_bytes = in_bytes * g.k * g.m, b_bytes = in_bytes * g.k * g.n;
   const bool fp8_out = g.d != CUDA_R_16BF;  // an FP8 D: a D scale and its amax, C in bf16
   const size_t d_bytes = size_t{2} * g.m * g.n;
-  uint8_t *A, *B, *D, *C = nullptr;  // C: bf16 (m x n) of its own under an E4M3 D, else D's buffer
+  uint8_t *A, *B, *D, *C = nullptr;  // C: bf16 (m x n) of its own under an FP8 D, else D's buffer
   CK(cudaMalloc(&A, a_bytes));
   CK(cudaMalloc(&B, b_bytes));
   CK(cudaMalloc(&D, d_bytes));
