@@ -209,18 +209,7 @@ __global__ void __launch_bounds__(kThreads128, 1)
   }
 
   if (blk.lane == 0) bulk_wait_all();  // shared memory must outlive each warp's last reduction's read
-  const int key0 = blk.k0 + 64 * wg;  // the warpgroup's first key
-  if constexpr (kDy) {  // dK and dV as the qkv linear's dy codes (kernels/attention_dy_codes.cuh), not into dqkv
-    __syncthreads();    // every warp is past its last MMAs' wait: the Q stages hold the codes' tiles
-    write_dkv_codes(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T, blk.C,
-                    int64_t{BH / NH} * T, wl, blk.g, blk.t, tid % 128);
-  } else if (dy.stats.colsum) {  // into dqkv, and their column sums (qkv's bias gradient; accumulate false)
-    __syncthreads();             // as above: the Q stages hold the sums' staging
-    write_dkv_codes<false>(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T, blk.C,
-                           int64_t{BH / NH} * T, wl, blk.g, blk.t, tid % 128, dqkv);
-  } else {
-    add_dkv(dqkv, dk, dv, scale, accumulate, blk, T);  // dK (scaled) and dV into dqkv
-  }
+  finish_dkv_128<kDy>(dk, dv, scale, dy, dqkv, accumulate, blk, wg, wl, tid % 128, sQ, BH, NH, T);
 }
 
 #else  // not sm_90a: never launched (attention_wgmma_available() is false)

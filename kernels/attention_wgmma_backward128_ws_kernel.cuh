@@ -160,18 +160,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1)
   }
 
   if (blk.lane == 0) bulk_wait_all();  // shared memory must outlive each warp's last reduction's read
-  const int key0 = blk.k0 + 64 * wg;  // the warpgroup's first key
-  if constexpr (kDy) {  // dK and dV as the qkv linear's dy codes (kernels/attention_dy_codes.cuh), not into dqkv
-    named_barrier(1, kComputeThreadsWs);  // every computing warp is past its last MMAs: the Q stages are free
-    write_dkv_codes<true, kComputeThreadsWs>(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T,
-                                             blk.C, int64_t{BH / NH} * T, wl, blk.g, blk.t, tid % 128);
-  } else if (dy.stats.colsum) {  // into dqkv, and their column sums (qkv's bias gradient; accumulate false)
-    named_barrier(1, kComputeThreadsWs);
-    write_dkv_codes<false, kComputeThreadsWs>(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T,
-                                              blk.C, int64_t{BH / NH} * T, wl, blk.g, blk.t, tid % 128, dqkv);
-  } else {
-    add_dkv(dqkv, dk, dv, scale, accumulate, blk, T);  // dK (scaled) and dV into dqkv
-  }
+  finish_dkv_128<kDy, kComputeThreadsWs>(dk, dv, scale, dy, dqkv, accumulate, blk, wg, wl, tid % 128, sQ, BH, NH, T);
 }
 
 #else  // not sm_90a: never launched (attention_wgmma_available() is false)

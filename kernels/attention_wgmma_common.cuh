@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/attention_common.cuh"
+#include "kernels/attention_dy_codes.cuh"
 #include "kernels/fp8_codec.cuh"
 
 namespace fp8t::kernels {
@@ -219,6 +220,36 @@ __device__ __forceinline__ void mma_dq_128keys(float (&dqa)[8][4], const unsigne
       wgmma_ss<1, 1>(dqa, desc_ds + kk * kMnStep, desc_kh + kk * kMnStep, kh > 0 || kk > 0);
   }
   wgmma_commit();
+}
+
+// The end of a 128-key main pass (kernels/attention_wgmma_backward128*_kernel.cuh) for warpgroup wg (its warp wl,
+// thread tid 0 .. 127 of it), once its last MMAs are done: dK and dV as dy codes (kDy), else into dqkv with their
+// column sums where dy.stats.colsum is set (accumulate false), else into dqkv by add_dkv. sQ: the Q stages (2 tiles
+// a warpgroup), free once every warpgroup is past its last MMAs, which the block barrier first made here (kSyncThreads:
+// as write_dkv_codes's) assures. BH / NH: the batch.
+template <bool kDy, int kSyncThreads = 0, int KEYS, int HS>
+__device__ __forceinline__ void finish_dkv_128(const float (&dk)[8][4], const float (&dv)[8][4], float scale,
+                                               const AttentionDyCodes& dy, __nv_bfloat16* dqkv, bool accumulate,
+                                               const BackwardBlock<KEYS, HS>& blk, int wg, int wl, int tid,
+                                               uint8_t* sQ, int BH, int NH, int T) {
+  auto sync = [] {
+    if constexpr (kSyncThreads == 0)
+      __syncthreads();
+    else
+      named_barrier(1, kSyncThreads);
+  };
+  const int key0 = blk.k0 + 64 * wg;  // the warpgroup's first key
+  if constexpr (kDy) {
+    sync();
+    write_dkv_codes<true, kSyncThreads>(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T, blk.C,
+                                        int64_t{BH / NH} * T, wl, blk.g, blk.t, tid);
+  } else if (dy.stats.colsum) {
+    sync();
+    write_dkv_codes<false, kSyncThreads>(dk, dv, scale, dy, sQ + wg * 2 * kTileBytes, blk.b, blk.h, key0, T, blk.C,
+                                         int64_t{BH / NH} * T, wl, blk.g, blk.t, tid, dqkv);
+  } else {
+    add_dkv(dqkv, dk, dv, scale, accumulate, blk, T);  // dK (scaled) and dV into dqkv
+  }
 }
 
 // A warp's 16 rows of a 64 x 64 dQ tile added into dst (their 4 KB quarter of the tile in dq_accum) by one bulk
