@@ -1,127 +1,12 @@
 // Attention forward, head size 64, on Hopper's warpgroup MMA (wgmma.mma_async, sm_90a), and whether this build
-// and device can run these kernels. The backward's main pass is in kernels/attention_wgmma_backward_kernel.cuh.
-#include "core/launch_limits.h"
-#include "kernels/attention_wgmma.cuh"
-#include "kernels/attention_wgmma_common.cuh"
-#include "kernels/device_facts.cuh"
+// and device can run these kernels: bf16 qkv through the kernel fed by a loading warp
+// (kernels/attention_wgmma_forward_ws_kernel.cuh), E4M3 qkv (or bf16 not 16-byte aligned) through the one that loads
+// with its computing threads (kernels/attention_wgmma_forward_kernel.cuh). The backward's main pass is in
+// kernels/attention_wgmma_backward.cu.
+#include "kernels/attention_wgmma_forward_kernel.cuh"
+#include "kernels/attention_wgmma_forward_ws_kernel.cuh"
 
 namespace fp8t::kernels {
-namespace {
-
-constexpr int kFwdRows = 128, kFwdThreads = 256;
-constexpr int kFwdSmemBytes = 6 * kTileBytes + 1024;  // sQ (2 tiles), 2 x sK, 2 x sV; +1024 for alignment
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
-// Forward: one block of two warpgroups per (128 queries, b*h), heaviest query blocks first; warpgroup w owns
-// queries q0 + 64 w .. + 63 and runs the online softmax over key tiles of 64 up to the diagonal:
-// S = Q K^T (A = Q, B = K, both K-major in shared memory), O += P V (A = P from registers, B = V MN-major).
-// kCodes: qkv is read from E4M3 codes with a scale per row (AttentionQkv), dequantized into the same tiles; the
-// next K and V tiles' codes are fetched before a step's MMAs and staged after them.
-template <bool kCodes>
-__global__ void __launch_bounds__(kFwdThreads, 2)
-    attention_forward_wgmma_kernel(bf16* out, float* lse, AttentionQkv qkv, int T, int NH, float scale) {
-  extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
-  unsigned char* sQ = smem;                  // 2 tiles: one per warpgroup
-  unsigned char* sK = sQ + 2 * kTileBytes;   // 2 stages
-  unsigned char* sV = sK + 2 * kTileBytes;   // 2 stages
-
-  const int C = NH * kHs;
-  const int64_t ld = 3 * int64_t{C};
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int q0 = (gridDim.y - 1 - blockIdx.y) * kFwdRows;  // longest rows first
-  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int wg_lo = q0 + wg * 64, row_lo = wg_lo + warp * 16;  // this warpgroup's and this warp's first query
-  const int64_t head0 = int64_t{b} * T * ld + h * kHs;  // this head's first q element
-  const bf16* q_base = kCodes ? nullptr : qkv.bf16 + head0;
-  const uint8_t* qc_base = kCodes ? qkv.e4m3 + head0 : nullptr;
-  const float* row_sinv = kCodes ? qkv.row_scale_inv + int64_t{b} * T : nullptr;
-  const int n_kt = ceil_div(std::min(q0 + kFwdRows, T), kKeys);
-  const float sl2 = scale * kLog2e;
-
-  CodesTile<kFwdThreads> next_k, next_v;  // kCodes: the next step's K and V codes
-  if constexpr (kCodes) {  // every first load in flight before the first store
-    CodesTile<kFwdThreads> q_lo, q_hi;
-    q_lo.fetch(qc_base, row_sinv, ld, q0, T);
-    q_hi.fetch(qc_base, row_sinv, ld, q0 + 64, T);
-    next_k.fetch(qc_base + C, row_sinv, ld, 0, T);
-    next_v.fetch(qc_base + 2 * C, row_sinv, ld, 0, T);
-    q_lo.stage(sQ);
-    q_hi.stage(sQ + kTileBytes);
-    next_k.stage(sK);
-    next_v.stage(sV);
-  } else {
-    load_tile_sw128<kFwdThreads>(sQ, q_base, ld, q0, T);
-    load_tile_sw128<kFwdThreads>(sQ + kTileBytes, q_base, ld, q0 + 64, T);
-    load_tile_sw128<kFwdThreads>(sK, q_base + C, ld, 0, T);
-    load_tile_sw128<kFwdThreads>(sV, q_base + 2 * C, ld, 0, T);
-    cp_async_commit();
-  }
-  const uint64_t dQ = sw128_desc(sQ + wg * kTileBytes);
-
-  float o[8][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8: raw max, partial sum
-
-  for (int kt = 0; kt < n_kt; ++kt) {
-    const int st = kt & 1, k0 = kt * kKeys;
-    if constexpr (kCodes) {
-      if (kt + 1 < n_kt) {
-        next_k.fetch(qc_base + C, row_sinv, ld, k0 + kKeys, T);
-        next_v.fetch(qc_base + 2 * C, row_sinv, ld, k0 + kKeys, T);
-      }
-    } else if (kt + 1 < n_kt) {  // the other stage was released by the barrier that ended the previous step
-      load_tile_sw128<kFwdThreads>(sK + (st ^ 1) * kTileBytes, q_base + C, ld, k0 + kKeys, T);
-      load_tile_sw128<kFwdThreads>(sV + (st ^ 1) * kTileBytes, q_base + 2 * C, ld, k0 + kKeys, T);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    fence_async_shared();  // (kCodes) this thread's stores of stage st, visible to wgmma
-    __syncthreads();
-    if (k0 <= wg_lo + 63) {  // else every key of the tile is after every query of this warpgroup
-      const uint64_t dKt = sw128_desc(sK + st * kTileBytes), dVt = sw128_desc(sV + st * kTileBytes);
-      float s[8][4];
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kHs / 16; ++kk) wgmma_ss<0, 0>(s, dQ + kk * kKStep, dKt + kk * kKStep, kk > 0);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_settle(s);
-      if (k0 + kKeys - 1 > row_lo) mask_causal(s, k0, row_lo, g, t);  // the diagonal crosses this warp's rows
-      uint32_t pf[4][4];  // P (64, 64) bf16 as A fragments
-      online_softmax_step(s, sl2, m, l, o, pf);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_settle(pf[kk]);
-      wgmma_settle(o);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) wgmma_rs<1>(o, pf[kk], dVt + kk * kMnStep);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_settle(o);
-    }
-    if (kCodes && kt + 1 < n_kt) {  // the other stage was released by the barrier that ended the previous step
-      next_k.stage(sK + (st ^ 1) * kTileBytes);
-      next_v.stage(sV + (st ^ 1) * kTileBytes);
-    }
-    __syncthreads();  // every warp is done with stage st before the next step refills it
-  }
-
-  store_rows(o, l, m, sl2, out + int64_t{b} * T * C + h * kHs, C, lse + int64_t{bh} * T, row_lo, T, g, t);
-}
-
-#else  // not sm_90a: never launched (attention_wgmma_available() is false)
-
-template <bool kCodes>
-__global__ void attention_forward_wgmma_kernel(bf16*, float*, AttentionQkv, int, int, float) {
-  __trap();
-}
-
-#endif
-
-}  // namespace
 
 bool attention_wgmma_available() {
 #ifdef FP8T_CUDA_SM90A
@@ -134,16 +19,12 @@ bool attention_wgmma_available() {
 void attention_forward_wgmma64(bf16* out, float* lse, const AttentionQkv& qkv, int B, int T, int NH, float scale,
                                cudaStream_t stream) {
   FP8T_CHECK(attention_wgmma_available(), "attention_forward_wgmma64: needs an sm_90a build on a Hopper GPU");
-  static PerDevice<bool> configured;  // the shared memory limit is set on each device
-  configured.get([] {
-    for (auto* kernel : {attention_forward_wgmma_kernel<false>, attention_forward_wgmma_kernel<true>})
-      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kFwdSmemBytes));
-    return true;
-  });
-  const dim3 grid(B * NH, ceil_div(T, kFwdRows));
-  auto* kernel = qkv.e4m3 ? attention_forward_wgmma_kernel<true> : attention_forward_wgmma_kernel<false>;
-  kernel<<<grid, kFwdThreads, kFwdSmemBytes, stream>>>(out, lse, qkv, T, NH, scale);
-  CUDA_CHECK_LAUNCH();
+  if (forward_ws_takes(qkv))
+    launch_forward_ws(out, lse, qkv, B, T, NH, scale, stream);
+  else if (qkv.e4m3)
+    launch_forward_cp_async<true>(out, lse, qkv, B, T, NH, scale, stream);
+  else
+    launch_forward_cp_async<false>(out, lse, qkv, B, T, NH, scale, stream);
 }
 
 }  // namespace fp8t::kernels

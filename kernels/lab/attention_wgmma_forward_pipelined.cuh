@@ -1,6 +1,7 @@
 // A wgmma attention forward (head size 64) that overlaps, within each warpgroup, the softmax of key tile j with the
 // P V product of tile j - 1 on the tensor cores (FlashAttention-3's intra-warpgroup pipelining), kept in the lab
-// against the product's forward (kernels/attention_wgmma.cu), which waits for every MMA before its softmax.
+// against the product's forward (kernels/attention_wgmma_forward_ws_kernel.cuh), which waits for every MMA before
+// its softmax.
 // Not in the product library: tests and benchmarks only.
 #pragma once
 #include <cuda_bf16.h>

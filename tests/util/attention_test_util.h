@@ -1,3 +1,4 @@
+// The attention GPU tests' shared cases. One forward of a lab kernel beside the product's and the CPU reference.
 // One attention backward's inputs for the GPU tests of what the backward writes beside (or instead of) dqkv: random
 // qkv (B, T, 3C), head size 64, in the forms the kernels read (bf16 or its saved E4M3 codes; O bf16 or its transposed
 // E4M3 codes), the forward's O and lse, a random dout, and the plain backward's dqkv as the reference.
@@ -9,6 +10,7 @@
 #include "kernels/fp8_cast.cuh"
 #include "kernels/stream.cuh"
 #include "ops/attention_cuda.h"
+#include "ops/cpu/attention.h"
 #include "util/gpu_test_util.h"
 
 namespace fp8t::test {
@@ -58,6 +60,28 @@ inline AttentionBackwardCase make_attention_case(int B, int T, int NH, bool qkv_
   }
   a.dout = upload(round_bf16(randn(a.M * C)), {B, T, C}, DType::bf16);
   return a;
+}
+
+// A head-size-64 forward of a lab kernel, lab(out, lse, qkv) on device pointers, beside the product's
+// (cuda_ops::attention_forward) on the same fresh bf16 qkv (B, T, 3C), both into NaN-poisoned outputs, downloaded
+// with the CPU reference's.
+struct AttentionForwardPair {
+  std::vector<float> got, got_lse, want, want_lse, ref, ref_lse;  // the lab's, the product's, the CPU reference's
+};
+template <typename Lab>
+AttentionForwardPair attention_forward_pair(int B, int T, int NH, Lab lab) {
+  const int C = NH * 64;
+  const auto qkv = round_bf16(randn(int64_t(B) * T * 3 * C));
+  const Tensor tqkv = upload(qkv, {B, T, 3 * C}, DType::bf16);
+  Tensor out = poisoned({B, T, C}, DType::bf16), lse = poisoned({B, NH, T}, DType::f32);
+  Tensor pout = poisoned({B, T, C}, DType::bf16), plse = poisoned({B, NH, T}, DType::f32);
+  lab(out.data<__nv_bfloat16>(), lse.data<float>(), tqkv.data<__nv_bfloat16>());
+  cuda_ops::attention_forward(pout, plse, tqkv, NH);
+  AttentionForwardPair r{download(out), download(lse), download(pout), download(plse), {}, {}};
+  r.ref.resize(r.got.size());
+  r.ref_lse.resize(r.got_lse.size());
+  cpu::attention_forward(r.ref.data(), r.ref_lse.data(), qkv.data(), B, T, C, NH);
+  return r;
 }
 
 }  // namespace fp8t::test

@@ -12,8 +12,7 @@
 #include "kernels/lab/attention_wgmma_forward_pipelined.cuh"
 #include "kernels/stream.cuh"
 #include "ops/attention_cuda.h"
-#include "ops/cpu/attention.h"
-#include "util/gpu_test_util.h"
+#include "util/attention_test_util.h"
 
 using namespace fp8t;
 using namespace fp8t::test;
@@ -25,32 +24,25 @@ constexpr int kHs = 64;
 
 void check_pipelined(int B, int T, int NH) {
   INFO("B=" << B << " T=" << T << " NH=" << NH);
-  const int C = NH * kHs;
-  const auto qkv = round_bf16(randn(int64_t(B) * T * 3 * C));
-  const Tensor tqkv = upload(qkv, {B, T, 3 * C}, DType::bf16);
-  Tensor out = poisoned({B, T, C}, DType::bf16), lse = poisoned({B, NH, T}, DType::f32);
-  Tensor pout = poisoned({B, T, C}, DType::bf16), plse = poisoned({B, NH, T}, DType::f32);
-  kernels::lab::attention_forward_wgmma_pipelined(out.data<bf16>(), lse.data<float>(), tqkv.data<bf16>(), B, T, NH,
-                                                  kernels::compute_stream());
-  cuda_ops::attention_forward(pout, plse, tqkv, NH);
-  const auto got = download(out), want = download(pout), got_lse = download(lse), want_lse = download(plse);
+  const auto r = attention_forward_pair(B, T, NH, [&](bf16* out, float* lse, const bf16* qkv) {
+    kernels::lab::attention_forward_wgmma_pipelined(out, lse, qkv, B, T, NH, kernels::compute_stream());
+  });
   // The product rescales O before adding P V, the pipelined kernel after: f32 sums in another order, then one bf16
   // rounding, so at most a bf16 ulp or two apart; lse from the same maxima and sums (f32 order aside).
   int64_t bad = 0, first_bad = -1;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double diff = std::abs(double(got[i]) - want[i]);
-    const bool ok = diff <= std::ldexp(std::max(std::abs(got[i]), std::abs(want[i])), -7) + 1e-4;  // NaN: not ok
+  for (size_t i = 0; i < r.got.size(); ++i) {
+    const double diff = std::abs(double(r.got[i]) - r.want[i]);
+    const bool ok = diff <= std::ldexp(std::max(std::abs(r.got[i]), std::abs(r.want[i])), -7) + 1e-4;  // NaN: not ok
     if (!ok && bad++ == 0) first_bad = static_cast<int64_t>(i);
   }
   INFO(bad << " outputs off the product's; the first at " << first_bad);
   CHECK(bad == 0);
   double lse_diff = 0.0;
-  for (size_t i = 0; i < got_lse.size(); ++i) lse_diff = std::max(lse_diff, std::abs(double(got_lse[i]) - want_lse[i]));
+  for (size_t i = 0; i < r.got_lse.size(); ++i)
+    lse_diff = std::max(lse_diff, std::abs(double(r.got_lse[i]) - r.want_lse[i]));
   CHECK(lse_diff < 1e-4);  // NaN fails too
-  std::vector<float> rout(got.size()), rlse(got_lse.size());
-  cpu::attention_forward(rout.data(), rlse.data(), qkv.data(), B, T, C, NH);
-  CHECK(rel_err(got, rout) < 1e-2);
-  CHECK(rel_err(got_lse, rlse) < 1e-4);
+  CHECK(rel_err(r.got, r.ref) < 1e-2);
+  CHECK(rel_err(r.got_lse, r.ref_lse) < 1e-4);
 }
 
 }  // namespace

@@ -1,0 +1,123 @@
+// The attention forward at head size 64 on Hopper's warpgroup MMA (sm_90a), fed as FlashAttention-3 feeds its
+// consumers: a ninth warp brings Q once and each key tile's K and V by TMA into three stages on transaction barriers,
+// and the two computing warpgroups never meet. The product's forward where qkv is bf16; E4M3 qkv (fp8_all) needs a
+// dequantizing load and takes the cp.async kernel (kernels/attention_wgmma_forward_kernel.cuh).
+#pragma once
+#include "core/launch_limits.h"
+#include "kernels/attention_wgmma.cuh"
+#include "kernels/attention_wgmma_common.cuh"
+#include "kernels/device_facts.cuh"
+#include "kernels/tma.cuh"
+
+namespace fp8t::kernels {
+namespace {
+
+constexpr int kWsRows = 128, kWsStages = 3;
+constexpr int kWsComputeThreads = 256, kWsThreads = kWsComputeThreads + 32;  // two warpgroups and the loading warp
+// sQ (2 tiles: one per warpgroup), kWsStages x (sK, sV); the barriers; +1024 to align the tiles.
+constexpr int kWsSmemBytes = (2 + 2 * kWsStages) * kTileBytes + (2 * kWsStages + 1) * 8 + 1024;
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// One block per (128 queries, b*h), heaviest query blocks first, two blocks per SM, as the product's forward: warpgroup
+// w owns queries q0 + 64 w .. + 63 and runs the same online softmax over key tiles of 64 up to its diagonal, with the
+// same MMAs in the same order (so the same results bit for bit). Warp 8 loads: Q's two tiles on q_full, then key tile
+// kt's K and V into stage kt % kWsStages on full[stage], once the eight computing warps have released that stage's
+// previous tile on empty[stage]. The lower warpgroup's last tile (wholly after its queries) is never read by it; the
+// loading warp never waits for that release, since no tile comes after the last.
+__global__ void __launch_bounds__(kWsThreads, 2)
+    attention_forward_ws_kernel(const __grid_constant__ CUtensorMap tm_qkv, bf16* out, float* lse, int T, int NH,
+                                float scale) {
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  unsigned char* sQ = smem;                         // [warpgroup]
+  unsigned char* sK = sQ + 2 * kTileBytes;          // [stage]
+  unsigned char* sV = sK + kWsStages * kTileBytes;  // [stage]
+  uint64_t* full = reinterpret_cast<uint64_t*>(sV + kWsStages * kTileBytes);  // [stage]
+  uint64_t* empty = full + kWsStages;                                        // [stage]
+  uint64_t* q_full = empty + kWsStages;
+
+  const int C = NH * kHs;
+  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kWsRows;  // longest rows first
+  const int n_kt = ceil_div(std::min(q0 + kWsRows, T), kKeys);
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid == 0) {
+    for (int s = 0; s < kWsStages; ++s) {
+      mbar_init(full + s, 1);   // the loading lane's arrival, with the TMA bytes it expects
+      mbar_init(empty + s, 8);  // one arrival per computing warp
+    }
+    mbar_init(q_full, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();  // the block's only one
+
+  if (tid >= kWsComputeThreads) {  // the loading warp: one lane issues every copy
+    if (tid != kWsComputeThreads) return;
+    tma_prefetch_map(&tm_qkv);
+    mbar_arrive_expect_tx(q_full, 2 * kTileBytes);
+    for (int half = 0; half < 2; ++half)
+      tma_load_3d(sQ + half * kTileBytes, &tm_qkv, h * kHs, q0 + 64 * half, b, q_full);
+    for (int kt = 0; kt < n_kt; ++kt) {
+      const int st = kt % kWsStages;
+      if (kt >= kWsStages) mbar_wait(empty + st, (kt / kWsStages - 1) & 1);  // tile kt - kWsStages is done with
+      mbar_arrive_expect_tx(full + st, 2 * kTileBytes);
+      tma_load_3d(sK + st * kTileBytes, &tm_qkv, C + h * kHs, kt * kKeys, b, full + st);
+      tma_load_3d(sV + st * kTileBytes, &tm_qkv, 2 * C + h * kHs, kt * kKeys, b, full + st);
+    }
+    return;
+  }
+
+  const int wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32, g = lane >> 2, t = lane & 3;
+  const int wg_lo = q0 + wg * 64, row_lo = wg_lo + warp * 16;  // this warpgroup's and this warp's first query
+  const int n_wg = std::min(n_kt, wg_lo / kKeys + 1);          // key tiles up to this warpgroup's diagonal
+  const float sl2 = scale * kLog2e;
+  const uint64_t dQ = sw128_desc(sQ + wg * kTileBytes);
+
+  float o[8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8: raw max, partial sum
+  mbar_wait(q_full, 0);
+  for (int kt = 0; kt < n_wg; ++kt) {
+    const int st = kt % kWsStages, k0 = kt * kKeys;
+    mbar_wait(full + st, (kt / kWsStages) & 1);
+    const uint64_t dKt = sw128_desc(sK + st * kTileBytes), dVt = sw128_desc(sV + st * kTileBytes);
+    forward_tile_64(o, m, l, dQ, dKt, dVt, k0, row_lo, sl2, g, t);  // its MMAs done: the stage's last reads
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + st);
+  }
+
+  store_rows(o, l, m, sl2, out + int64_t{b} * T * C + h * kHs, C, lse + int64_t{bh} * T, row_lo, T, g, t);
+}
+
+#else  // not sm_90a: never launched (attention_wgmma_available() is false)
+
+__global__ void attention_forward_ws_kernel(const __grid_constant__ CUtensorMap, bf16*, float*, int, int, float) {
+  __trap();
+}
+
+#endif
+
+// Whether the loading-warp kernel takes this qkv: bf16, 16-byte aligned (TMA's base).
+inline bool forward_ws_takes(const AttentionQkv& qkv) {
+  return qkv.bf16 != nullptr && reinterpret_cast<uintptr_t>(qkv.bf16) % 16 == 0;
+}
+
+inline void launch_forward_ws(bf16* out, float* lse, const AttentionQkv& qkv, int B, int T, int NH, float scale,
+                              cudaStream_t stream) {
+  FP8T_CHECK(forward_ws_takes(qkv), "launch_forward_ws: needs bf16 qkv, 16-byte aligned");
+  static PerDevice<bool> configured;  // the shared memory limit is set on each device
+  configured.get([] {
+    CUDA_CHECK(cudaFuncSetAttribute(attention_forward_ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    kWsSmemBytes));
+    return true;
+  });
+  const int C = NH * kHs;
+  const CUtensorMap tm_qkv =
+      tensor_map_bf16_3d(qkv.bf16, 3 * int64_t{C}, T, B, 3 * int64_t{C}, 3 * int64_t{C} * T, 64, 64);
+  const dim3 grid(B * NH, ceil_div(T, kWsRows));
+  attention_forward_ws_kernel<<<grid, kWsThreads, kWsSmemBytes, stream>>>(tm_qkv, out, lse, T, NH, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+}  // namespace fp8t::kernels

@@ -1,0 +1,74 @@
+// The lab's cp.async wgmma attention forward on bf16 qkv (kernels/lab/) against the product's, which a loading warp
+// feeds: bit for bit (the same MMAs and softmax in the same order), and the CPU reference; a hidden [.bench] case
+// times both.
+#include <catch2/catch_test_macros.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "kernels/attention_wgmma.cuh"
+#include "kernels/lab/attention_wgmma_forward_cp_async.cuh"
+#include "kernels/stream.cuh"
+#include "ops/attention_cuda.h"
+#include "util/attention_test_util.h"
+
+using namespace fp8t;
+using namespace fp8t::test;
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kHs = 64;
+
+// Elements whose bits differ (a NaN left from the poison counts, as its bits are not the product's).
+int64_t bits_differ(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
+void check_cp_async(int B, int T, int NH) {
+  INFO("B=" << B << " T=" << T << " NH=" << NH);
+  const auto r = attention_forward_pair(B, T, NH, [&](bf16* out, float* lse, const bf16* qkv) {
+    kernels::lab::attention_forward_wgmma_cp_async(out, lse, qkv, B, T, NH, kernels::compute_stream());
+  });
+  CHECK(bits_differ(r.got, r.want) == 0);
+  CHECK(bits_differ(r.got_lse, r.want_lse) == 0);
+  CHECK(rel_err(r.got, r.ref) < 1e-2);
+  CHECK(rel_err(r.got_lse, r.ref_lse) < 1e-4);
+}
+
+}  // namespace
+
+TEST_CASE("lab attention wgmma forward, cp.async", "[gpu][attention][lab]") {
+  if (!kernels::attention_wgmma_available()) SKIP("no sm_90a build on a Hopper GPU");
+  for (int T : {1, 63, 64, 65, 77, 128, 130, 191, 333, 1024}) check_cp_async(2, T, 3);
+  check_cp_async(4, 1024, 25);
+  check_cp_async(1, 4096, 2);  // more key tiles than stages, many times over
+}
+
+// Run: build/tests/fp8t_gpu_tests "lab attention wgmma forward, cp.async, throughput" (kernels/lab/README.md).
+TEST_CASE("lab attention wgmma forward, cp.async, throughput", "[.bench][attention][lab]") {
+  if (!kernels::attention_wgmma_available()) SKIP("no sm_90a build on a Hopper GPU");
+  constexpr int T = 1024, kIters = 20;
+  for (auto [B, NH] : {std::pair{32, 12}, std::pair{16, 25}}) {
+    const int C = NH * kHs;
+    const Tensor tqkv = upload(round_bf16(randn(int64_t(B) * T * 3 * C)), {B, T, 3 * C}, DType::bf16);
+    Tensor out = Tensor::zeros({B, T, C}, DType::bf16, kGpu), lse = Tensor::zeros({B, NH, T}, DType::f32, kGpu);
+    const double flops = 2.0 * B * NH * double(T) * T * kHs;  // the causal forward: half of 4 B NH T^2 HS
+    auto report = [&](const char* name, float ms) {
+      std::printf("lab attention forward B=%d NH=%d T=%d HS=%d %-12s %.3f ms %.1f TFLOP/s\n", B, NH, T, kHs, name, ms,
+                  flops / ms / 1e9);
+    };
+    auto cp_async = [&] {
+      kernels::lab::attention_forward_wgmma_cp_async(out.data<bf16>(), lse.data<float>(), tqkv.data<bf16>(), B, T, NH,
+                                                     kernels::compute_stream());
+    };
+    for (int round = 0; round < 2; ++round) {  // interleaved, twice
+      report("product", time_ms([&] { cuda_ops::attention_forward(out, lse, tqkv, NH); }, kIters));
+      report("cp.async", time_ms(cp_async, kIters));
+    }
+  }
+}
