@@ -153,15 +153,19 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&acc)[16][4], uint64_t a, u
 // The forwards' step over one 64-key tile for a warpgroup (its warp's rows row_lo + g, + 8; K and V of the tile at
 // desc_k, desc_v): S = Q K^T (A = Q at desc_q, B = K, both K-major), the causal mask where the diagonal crosses the
 // warp's rows, the online softmax (m, l, o rescaled), then O += P V (A = P from registers, B = V MN-major). Every MMA
-// is waited for: the tile's shared memory is free when it returns.
+// is waited for: the tile's shared memory is free when it returns. turn(0) and turn(1) just before and after S's
+// MMAs are issued, turn(2) and turn(3) around P V's (ping-pong scheduling; no-ops by default).
+template <typename Turn>
 __device__ __forceinline__ void forward_tile_64(float (&o)[8][4], float (&m)[2], float (&l)[2], uint64_t desc_q,
                                                 uint64_t desc_k, uint64_t desc_v, int k0, int row_lo, float sl2,
-                                                int g, int t) {
+                                                int g, int t, Turn turn) {
   float s[8][4];
+  turn(0);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kHs / 16; ++kk) wgmma_ss<0, 0>(s, desc_q + kk * kKStep, desc_k + kk * kKStep, kk > 0);
   wgmma_commit();
+  turn(1);
   wgmma_wait<0>();
   wgmma_settle(s);
   if (k0 + kKeys - 1 > row_lo) mask_causal(s, k0, row_lo, g, t);  // the diagonal crosses this warp's rows
@@ -170,12 +174,19 @@ __device__ __forceinline__ void forward_tile_64(float (&o)[8][4], float (&m)[2],
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) wgmma_settle(pf[kk]);
   wgmma_settle(o);
+  turn(2);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) wgmma_rs<1>(o, pf[kk], desc_v + kk * kMnStep);
   wgmma_commit();
+  turn(3);
   wgmma_wait<0>();
   wgmma_settle(o);
+}
+__device__ __forceinline__ void forward_tile_64(float (&o)[8][4], float (&m)[2], float (&l)[2], uint64_t desc_q,
+                                                uint64_t desc_k, uint64_t desc_v, int k0, int row_lo, float sl2,
+                                                int g, int t) {
+  forward_tile_64(o, m, l, desc_q, desc_k, desc_v, k0, row_lo, sl2, g, t, [](int) {});
 }
 
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

@@ -25,6 +25,12 @@ constexpr int kWsSmemBytes = (2 + 2 * kWsStages) * kTileBytes + (2 * kWsStages +
 // kt's K and V into stage kt % kWsStages on full[stage], once the eight computing warps have released that stage's
 // previous tile on empty[stage]. The lower warpgroup's last tile (wholly after its queries) is never read by it; the
 // loading warp never waits for that release, since no tile comes after the last.
+// kPingpong (FlashAttention-3's ping-pong, in the lab until measured): the two warpgroups take turns issuing their MMA
+// groups, two turns a key tile (S, then P V). Warpgroup w issues after a bar.sync on barrier 2 + w and then arrives on
+// the other's; the upper one arrives once first, so that the lower one starts. The lower one also takes its two turns
+// on its last tile, which it does not read (barriers only), and the upper one skips its last arrival, so each
+// barrier's arrivals match its waits.
+template <bool kPingpong>
 __global__ void __launch_bounds__(kWsThreads, 2)
     attention_forward_ws_kernel(const __grid_constant__ CUtensorMap tm_qkv, bf16* out, float* lse, int T, int NH,
                                 float scale) {
@@ -76,12 +82,32 @@ __global__ void __launch_bounds__(kWsThreads, 2)
 
   float o[8][4] = {};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8: raw max, partial sum
+  const int n_turns = kPingpong ? n_kt : n_wg;                // key tiles this warpgroup steps through
+  if (kPingpong && wg == 1) named_barrier_arrive(2, kWsComputeThreads);
   mbar_wait(q_full, 0);
-  for (int kt = 0; kt < n_wg; ++kt) {
+  for (int kt = 0; kt < n_turns; ++kt) {
     const int st = kt % kWsStages, k0 = kt * kKeys;
+    const bool last = kt + 1 == n_turns;
+    auto turn = [&](int phase) {  // kPingpong: even phases begin a turn, odd ones end it
+      if constexpr (kPingpong) {
+        if (phase % 2 == 0 && wg == 0) {  // barrier ids as immediates: ptxas then reserves 4, not all 16
+          named_barrier(2, kWsComputeThreads);
+        } else if (phase % 2 == 0) {
+          named_barrier(3, kWsComputeThreads);
+        } else if (wg == 0) {
+          named_barrier_arrive(3, kWsComputeThreads);
+        } else if (!(last && phase == 3)) {
+          named_barrier_arrive(2, kWsComputeThreads);
+        }
+      }
+    };
+    if (kt == n_wg) {  // kPingpong, the lower warpgroup's tile past its queries: the turns alone
+      for (int phase = 0; phase < 4; ++phase) turn(phase);
+      break;
+    }
     mbar_wait(full + st, (kt / kWsStages) & 1);
     const uint64_t dKt = sw128_desc(sK + st * kTileBytes), dVt = sw128_desc(sV + st * kTileBytes);
-    forward_tile_64(o, m, l, dQ, dKt, dVt, k0, row_lo, sl2, g, t);  // its MMAs done: the stage's last reads
+    forward_tile_64(o, m, l, dQ, dKt, dVt, k0, row_lo, sl2, g, t, turn);  // its MMAs done: the stage's last reads
     __syncwarp();
     if (lane == 0) mbar_arrive(empty + st);
   }
@@ -91,6 +117,7 @@ __global__ void __launch_bounds__(kWsThreads, 2)
 
 #else  // not sm_90a: never launched (attention_wgmma_available() is false)
 
+template <bool kPingpong>
 __global__ void attention_forward_ws_kernel(const __grid_constant__ CUtensorMap, bf16*, float*, int, int, float) {
   __trap();
 }
@@ -102,20 +129,21 @@ inline bool forward_ws_takes(const AttentionQkv& qkv) {
   return qkv.bf16 != nullptr && reinterpret_cast<uintptr_t>(qkv.bf16) % 16 == 0;
 }
 
-inline void launch_forward_ws(bf16* out, float* lse, const AttentionQkv& qkv, int B, int T, int NH, float scale,
-                              cudaStream_t stream) {
+template <bool kPingpong = false>
+void launch_forward_ws(bf16* out, float* lse, const AttentionQkv& qkv, int B, int T, int NH, float scale,
+                       cudaStream_t stream) {
   FP8T_CHECK(forward_ws_takes(qkv), "launch_forward_ws: needs bf16 qkv, 16-byte aligned");
   static PerDevice<bool> configured;  // the shared memory limit is set on each device
   configured.get([] {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_forward_ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    kWsSmemBytes));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_forward_ws_kernel<kPingpong>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kWsSmemBytes));
     return true;
   });
   const int C = NH * kHs;
   const CUtensorMap tm_qkv =
       tensor_map_bf16_3d(qkv.bf16, 3 * int64_t{C}, T, B, 3 * int64_t{C}, 3 * int64_t{C} * T, 64, 64);
   const dim3 grid(B * NH, ceil_div(T, kWsRows));
-  attention_forward_ws_kernel<<<grid, kWsThreads, kWsSmemBytes, stream>>>(tm_qkv, out, lse, T, NH, scale);
+  attention_forward_ws_kernel<kPingpong><<<grid, kWsThreads, kWsSmemBytes, stream>>>(tm_qkv, out, lse, T, NH, scale);
   CUDA_CHECK_LAUNCH();
 }
 

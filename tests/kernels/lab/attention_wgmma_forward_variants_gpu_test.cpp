@@ -1,6 +1,6 @@
-// The lab's cp.async wgmma attention forward on bf16 qkv (kernels/lab/) against the product's, which a loading warp
-// feeds: bit for bit (the same MMAs and softmax in the same order), and the CPU reference; a hidden [.bench] case
-// times both.
+// The lab's variants of the bf16 wgmma attention forward (kernels/lab/attention_wgmma_forward_variants.cuh) against
+// the product's, which a loading warp feeds: bit for bit (the same MMAs and softmax in the same order), and the CPU
+// reference; a hidden [.bench] case times all three.
 #include <catch2/catch_test_macros.hpp>
 
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernels/attention_wgmma.cuh"
-#include "kernels/lab/attention_wgmma_forward_cp_async.cuh"
+#include "kernels/lab/attention_wgmma_forward_variants.cuh"
 #include "kernels/stream.cuh"
 #include "ops/attention_cuda.h"
 #include "util/attention_test_util.h"
@@ -21,6 +21,11 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int kHs = 64;
+using Variant = void (*)(bf16*, float*, const bf16*, int, int, int, cudaStream_t);
+constexpr std::pair<const char*, Variant> kVariants[] = {
+    {"cp.async", kernels::lab::attention_forward_wgmma_cp_async},
+    {"pingpong", kernels::lab::attention_forward_wgmma_pingpong},
+};
 
 // Elements whose bits differ (a NaN left from the poison counts, as its bits are not the product's).
 int64_t bits_differ(const std::vector<float>& a, const std::vector<float>& b) {
@@ -29,10 +34,10 @@ int64_t bits_differ(const std::vector<float>& a, const std::vector<float>& b) {
   return n;
 }
 
-void check_cp_async(int B, int T, int NH) {
-  INFO("B=" << B << " T=" << T << " NH=" << NH);
+void check_variant(const char* name, Variant variant, int B, int T, int NH) {
+  INFO(name << " B=" << B << " T=" << T << " NH=" << NH);
   const auto r = attention_forward_pair(B, T, NH, [&](bf16* out, float* lse, const bf16* qkv) {
-    kernels::lab::attention_forward_wgmma_cp_async(out, lse, qkv, B, T, NH, kernels::compute_stream());
+    variant(out, lse, qkv, B, T, NH, kernels::compute_stream());
   });
   CHECK(bits_differ(r.got, r.want) == 0);
   CHECK(bits_differ(r.got_lse, r.want_lse) == 0);
@@ -42,15 +47,17 @@ void check_cp_async(int B, int T, int NH) {
 
 }  // namespace
 
-TEST_CASE("lab attention wgmma forward, cp.async", "[gpu][attention][lab]") {
+TEST_CASE("lab attention wgmma forward variants", "[gpu][attention][lab]") {
   if (!kernels::attention_wgmma_available()) SKIP("no sm_90a build on a Hopper GPU");
-  for (int T : {1, 63, 64, 65, 77, 128, 130, 191, 333, 1024}) check_cp_async(2, T, 3);
-  check_cp_async(4, 1024, 25);
-  check_cp_async(1, 4096, 2);  // more key tiles than stages, many times over
+  for (auto [name, variant] : kVariants) {
+    for (int T : {1, 63, 64, 65, 77, 128, 130, 191, 333, 1024}) check_variant(name, variant, 2, T, 3);
+    check_variant(name, variant, 4, 1024, 25);
+    check_variant(name, variant, 1, 4096, 2);  // more key tiles than stages, many times over
+  }
 }
 
-// Run: build/tests/fp8t_gpu_tests "lab attention wgmma forward, cp.async, throughput" (kernels/lab/README.md).
-TEST_CASE("lab attention wgmma forward, cp.async, throughput", "[.bench][attention][lab]") {
+// Run: build/tests/fp8t_gpu_tests "lab attention wgmma forward variants throughput" (kernels/lab/README.md).
+TEST_CASE("lab attention wgmma forward variants throughput", "[.bench][attention][lab]") {
   if (!kernels::attention_wgmma_available()) SKIP("no sm_90a build on a Hopper GPU");
   constexpr int T = 1024, kIters = 20;
   for (auto [B, NH] : {std::pair{32, 12}, std::pair{16, 25}}) {
@@ -62,13 +69,11 @@ TEST_CASE("lab attention wgmma forward, cp.async, throughput", "[.bench][attenti
       std::printf("lab attention forward B=%d NH=%d T=%d HS=%d %-12s %.3f ms %.1f TFLOP/s\n", B, NH, T, kHs, name, ms,
                   flops / ms / 1e9);
     };
-    auto cp_async = [&] {
-      kernels::lab::attention_forward_wgmma_cp_async(out.data<bf16>(), lse.data<float>(), tqkv.data<bf16>(), B, T, NH,
-                                                     kernels::compute_stream());
-    };
     for (int round = 0; round < 2; ++round) {  // interleaved, twice
       report("product", time_ms([&] { cuda_ops::attention_forward(out, lse, tqkv, NH); }, kIters));
-      report("cp.async", time_ms(cp_async, kIters));
+      for (auto [name, variant] : kVariants)
+        report(name, time_ms([&] { variant(out.data<bf16>(), lse.data<float>(), tqkv.data<bf16>(), B, T, NH,
+                                           kernels::compute_stream()); }, kIters));
     }
   }
 }

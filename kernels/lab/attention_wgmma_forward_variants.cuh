@@ -1,0 +1,24 @@
+// Variants of the product's bf16 wgmma attention forward (head size 64; the loading-warp kernel,
+// kernels/attention_wgmma_forward_ws_kernel.cuh), kept in the lab against it. Both compute the product's MMAs and
+// softmax in the same order, so their results are the product's bit for bit:
+// - cp_async: the kernel that loads with its two computing warpgroups (cp.async, two block barriers a key tile), the
+//   product's bf16 forward until the forty-ninth session; the product keeps it for E4M3 qkv
+//   (kernels/attention_wgmma_forward_kernel.cuh);
+// - pingpong: the loading-warp kernel with its two warpgroups taking turns issuing their MMAs (FlashAttention-3's
+//   ping-pong scheduling, named barriers).
+// Not in the product library: tests and benchmarks only.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace fp8t::kernels::lab {
+
+// out (B, T, C) bf16 and lse (B, NH, T) f32 from qkv (B, T, 3C) bf16 (16-byte aligned), C = 64 NH, as
+// kernels::attention_forward (causal, scale 1 / 8). Need an sm_90a build on a Hopper GPU
+// (kernels::attention_wgmma_available()).
+void attention_forward_wgmma_cp_async(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
+                                      cudaStream_t stream);
+void attention_forward_wgmma_pingpong(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
+                                      cudaStream_t stream);
+
+}  // namespace fp8t::kernels::lab
