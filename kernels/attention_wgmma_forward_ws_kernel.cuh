@@ -13,7 +13,13 @@ namespace fp8t::kernels {
 namespace {
 
 constexpr int kWsRows = 128, kWsStages = 3;
-constexpr int kWsComputeThreads = 256, kWsThreads = kWsComputeThreads + 32;  // two warpgroups and the loading warp
+constexpr int kWsComputeThreads = 256;
+// The block: two computing warpgroups and the loading warp, or (kWide) a whole loading warpgroup, whose three idle
+// warps let setmaxnreg move registers to the computing ones (ptxas gives 288 threads at 2 blocks per SM 96 registers:
+// one scheduler holds 5 of the 18 warps; 384 threads start at 80, and the computing warps then take kWideRegs).
+template <bool kWide>
+constexpr int kWsThreads = kWsComputeThreads + (kWide ? 128 : 32);
+constexpr int kWideLoaderRegs = 24, kWideRegs = 104;  // 80 + (80 - 24) * 128 / 256 = 108, rounded down to 8
 // sQ (2 tiles: one per warpgroup), kWsStages x (sK, sV); the barriers; +1024 to align the tiles.
 constexpr int kWsSmemBytes = (2 + 2 * kWsStages) * kTileBytes + (2 * kWsStages + 1) * 8 + 1024;
 
@@ -30,8 +36,8 @@ constexpr int kWsSmemBytes = (2 + 2 * kWsStages) * kTileBytes + (2 * kWsStages +
 // the other's; the upper one arrives once first, so that the lower one starts. The lower one also takes its two turns
 // on its last tile, which it does not read (barriers only), and the upper one skips its last arrival, so each
 // barrier's arrivals match its waits.
-template <bool kPingpong>
-__global__ void __launch_bounds__(kWsThreads, 2)
+template <bool kPingpong, bool kWide>
+__global__ void __launch_bounds__(kWsThreads<kWide>, 2)
     attention_forward_ws_kernel(const __grid_constant__ CUtensorMap tm_qkv, bf16* out, float* lse, int T, int NH,
                                 float scale) {
   extern __shared__ unsigned char smem_raw[];
@@ -59,6 +65,7 @@ __global__ void __launch_bounds__(kWsThreads, 2)
   __syncthreads();  // the block's only one
 
   if (tid >= kWsComputeThreads) {  // the loading warp: one lane issues every copy
+    if constexpr (kWide) setmaxnreg_dec<kWideLoaderRegs>();
     if (tid != kWsComputeThreads) return;
     tma_prefetch_map(&tm_qkv);
     mbar_arrive_expect_tx(q_full, 2 * kTileBytes);
@@ -74,6 +81,7 @@ __global__ void __launch_bounds__(kWsThreads, 2)
     return;
   }
 
+  if constexpr (kWide) setmaxnreg_inc<kWideRegs>();
   const int wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32, g = lane >> 2, t = lane & 3;
   const int wg_lo = q0 + wg * 64, row_lo = wg_lo + warp * 16;  // this warpgroup's and this warp's first query
   const int n_wg = std::min(n_kt, wg_lo / kKeys + 1);          // key tiles up to this warpgroup's diagonal
@@ -117,7 +125,7 @@ __global__ void __launch_bounds__(kWsThreads, 2)
 
 #else  // not sm_90a: never launched (attention_wgmma_available() is false)
 
-template <bool kPingpong>
+template <bool kPingpong, bool kWide>
 __global__ void attention_forward_ws_kernel(const __grid_constant__ CUtensorMap, bf16*, float*, int, int, float) {
   __trap();
 }
@@ -129,13 +137,13 @@ inline bool forward_ws_takes(const AttentionQkv& qkv) {
   return qkv.bf16 != nullptr && reinterpret_cast<uintptr_t>(qkv.bf16) % 16 == 0;
 }
 
-template <bool kPingpong = false>
+template <bool kPingpong = false, bool kWide = false>
 void launch_forward_ws(bf16* out, float* lse, const AttentionQkv& qkv, int B, int T, int NH, float scale,
                        cudaStream_t stream) {
   FP8T_CHECK(forward_ws_takes(qkv), "launch_forward_ws: needs bf16 qkv, 16-byte aligned");
   static PerDevice<bool> configured;  // the shared memory limit is set on each device
   configured.get([] {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_forward_ws_kernel<kPingpong>,
+    CUDA_CHECK(cudaFuncSetAttribute(attention_forward_ws_kernel<kPingpong, kWide>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kWsSmemBytes));
     return true;
   });
@@ -143,7 +151,8 @@ void launch_forward_ws(bf16* out, float* lse, const AttentionQkv& qkv, int B, in
   const CUtensorMap tm_qkv =
       tensor_map_bf16_3d(qkv.bf16, 3 * int64_t{C}, T, B, 3 * int64_t{C}, 3 * int64_t{C} * T, 64, 64);
   const dim3 grid(B * NH, ceil_div(T, kWsRows));
-  attention_forward_ws_kernel<kPingpong><<<grid, kWsThreads, kWsSmemBytes, stream>>>(tm_qkv, out, lse, T, NH, scale);
+  attention_forward_ws_kernel<kPingpong, kWide><<<grid, kWsThreads<kWide>, kWsSmemBytes, stream>>>(tm_qkv, out, lse, T,
+                                                                                                NH, scale);
   CUDA_CHECK_LAUNCH();
 }
 

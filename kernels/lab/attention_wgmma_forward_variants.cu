@@ -30,4 +30,9 @@ void attention_forward_wgmma_pingpong(bf16* out, float* lse, const bf16* qkv, in
   launch_forward_ws<true>(out, lse, q, B, T, NH, 1.0f / sqrtf(float(kHs)), stream);
 }
 
+void attention_forward_wgmma_wide(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
+  const AttentionQkv q = checked_qkv(qkv, B, T, NH, "attention_forward_wgmma_wide");
+  launch_forward_ws<false, true>(out, lse, q, B, T, NH, 1.0f / sqrtf(float(kHs)), stream);
+}
+
 }  // namespace fp8t::kernels::lab

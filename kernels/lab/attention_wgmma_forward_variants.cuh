@@ -5,7 +5,9 @@
 //   product's bf16 forward until the forty-ninth session; the product keeps it for E4M3 qkv
 //   (kernels/attention_wgmma_forward_kernel.cuh);
 // - pingpong: the loading-warp kernel with its two warpgroups taking turns issuing their MMAs (FlashAttention-3's
-//   ping-pong scheduling, named barriers).
+//   ping-pong scheduling, named barriers);
+// - wide: the loading-warp kernel with a whole loading warpgroup, three of its warps idle, so that setmaxnreg can give
+//   the computing warps 104 registers where the product's 288-thread block has 96.
 // Not in the product library: tests and benchmarks only.
 #pragma once
 #include <cuda_bf16.h>
@@ -20,5 +22,7 @@ void attention_forward_wgmma_cp_async(__nv_bfloat16* out, float* lse, const __nv
                                       cudaStream_t stream);
 void attention_forward_wgmma_pingpong(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
                                       cudaStream_t stream);
+void attention_forward_wgmma_wide(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
+                                  cudaStream_t stream);
 
 }  // namespace fp8t::kernels::lab

@@ -25,6 +25,7 @@ using Variant = void (*)(bf16*, float*, const bf16*, int, int, int, cudaStream_t
 constexpr std::pair<const char*, Variant> kVariants[] = {
     {"cp.async", kernels::lab::attention_forward_wgmma_cp_async},
     {"pingpong", kernels::lab::attention_forward_wgmma_pingpong},
+    {"wide", kernels::lab::attention_forward_wgmma_wide},
 };
 
 // Elements whose bits differ (a NaN left from the poison counts, as its bits are not the product's).
