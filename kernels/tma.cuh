@@ -75,31 +75,51 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// The tensor map of a bf16 tensor (d2, d1, d0) with row stride ld0 elements (>= d0) and plane stride ld1 elements,
-// boxes of (1, box1, box0) with the 128-byte swizzle (box0 * 2 = 128 bytes), out-of-range elements read as zeros.
-inline CUtensorMap tensor_map_bf16_3d(const void* base, int64_t d0, int64_t d1, int64_t d2, int64_t ld0,
-                                      int64_t ld1, int box0, int box1) {
+// cuTensorMapEncodeTiled, from the driver once.
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
     CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
     FP8T_CHECK(fn && found == cudaDriverEntryPointSuccess,
-               "tensor_map_bf16_3d: the driver has no cuTensorMapEncodeTiled");
+               "tensor_map_encoder: the driver has no cuTensorMapEncodeTiled");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
-  FP8T_CHECK(box0 * 2 == 128 && reinterpret_cast<uintptr_t>(base) % 16 == 0 && (ld0 * 2) % 16 == 0 &&
-                 (ld1 * 2) % 16 == 0,
-             "tensor_map_bf16_3d: a 128-byte box row, a 16-byte aligned base and strides are needed");
+  return encode;
+}
+
+// The tensor map of a 3-D tensor (d2, d1, d0) of `elem` bytes an element, row stride ld0 elements (>= d0) and plane
+// stride ld1 elements, boxes of (1, box1, box0), out-of-range elements read as zeros.
+inline CUtensorMap tensor_map_3d(const void* base, CUtensorMapDataType type, int elem, int64_t d0, int64_t d1,
+                                 int64_t d2, int64_t ld0, int64_t ld1, int box0, int box1,
+                                 CUtensorMapSwizzle swizzle) {
+  FP8T_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0 && (ld0 * elem) % 16 == 0 && (ld1 * elem) % 16 == 0,
+             "tensor_map_3d: a 16-byte aligned base and strides are needed");
   CUtensorMap map;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(d0), static_cast<cuuint64_t>(d1), static_cast<cuuint64_t>(d2)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld0 * 2), static_cast<cuuint64_t>(ld1 * 2)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld0 * elem), static_cast<cuuint64_t>(ld1 * elem)};
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(box0), static_cast<cuuint32_t>(box1), 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  FP8T_CHECK(r == CUDA_SUCCESS, "tensor_map_bf16_3d: cuTensorMapEncodeTiled failed ({})", static_cast<int>(r));
+  const CUresult r = tensor_map_encoder()(&map, type, 3, const_cast<void*>(base), dims, strides, box, elem_strides,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FP8T_CHECK(r == CUDA_SUCCESS, "tensor_map_3d: cuTensorMapEncodeTiled failed ({})", static_cast<int>(r));
   return map;
+}
+
+// A bf16 tensor's map with the 128-byte swizzle (box0 * 2 = 128 bytes).
+inline CUtensorMap tensor_map_bf16_3d(const void* base, int64_t d0, int64_t d1, int64_t d2, int64_t ld0,
+                                      int64_t ld1, int box0, int box1) {
+  FP8T_CHECK(box0 * 2 == 128, "tensor_map_bf16_3d: a 128-byte box row is needed");
+  return tensor_map_3d(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, d0, d1, d2, ld0, ld1, box0, box1,
+                       CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+// A byte tensor's map (FP8 codes), boxes unswizzled: box0 bytes a row, one row after the other.
+inline CUtensorMap tensor_map_u8_3d(const void* base, int64_t d0, int64_t d1, int64_t d2, int64_t ld0, int64_t ld1,
+                                    int box0, int box1) {
+  return tensor_map_3d(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, d0, d1, d2, ld0, ld1, box0, box1,
+                       CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 }  // namespace

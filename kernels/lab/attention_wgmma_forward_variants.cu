@@ -35,4 +35,11 @@ void attention_forward_wgmma_wide(bf16* out, float* lse, const bf16* qkv, int B,
   launch_forward_ws<false, true>(out, lse, q, B, T, NH, 1.0f / sqrtf(float(kHs)), stream);
 }
 
+void attention_forward_wgmma_codes_ws(bf16* out, float* lse, const AttentionQkv& qkv, int B, int T, int NH,
+                                      cudaStream_t stream) {
+  FP8T_CHECK(attention_wgmma_available(), "lab::attention_forward_wgmma_codes_ws: needs sm_90a and a Hopper GPU");
+  FP8T_CHECK(B > 0 && T > 0 && NH > 0, "lab::attention_forward_wgmma_codes_ws: bad sizes B={} T={} NH={}", B, T, NH);
+  launch_forward_ws<false, true, true>(out, lse, qkv, B, T, NH, 1.0f / sqrtf(float(kHs)), stream);
+}
+
 }  // namespace fp8t::kernels::lab

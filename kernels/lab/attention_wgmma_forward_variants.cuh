@@ -7,11 +7,15 @@
 // - pingpong: the loading-warp kernel with its two warpgroups taking turns issuing their MMAs (FlashAttention-3's
 //   ping-pong scheduling, named barriers);
 // - wide: the loading-warp kernel with a whole loading warpgroup, three of its warps idle, so that setmaxnreg can give
-//   the computing warps 104 registers where the product's 288-thread block has 96.
+//   the computing warps 104 registers where the product's 288-thread block has 96;
+// - codes_ws (E4M3 qkv, against the product's cp.async kernel for codes): the wide kernel whose loading warpgroup
+//   brings the codes by TMA and dequantizes them into the bf16 tiles.
 // Not in the product library: tests and benchmarks only.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include "kernels/attention.cuh"
 
 namespace fp8t::kernels::lab {
 
@@ -24,5 +28,8 @@ void attention_forward_wgmma_pingpong(__nv_bfloat16* out, float* lse, const __nv
                                       cudaStream_t stream);
 void attention_forward_wgmma_wide(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int NH,
                                   cudaStream_t stream);
+// qkv as E4M3 codes with a scale per row (AttentionQkv's e4m3 and row_scale_inv; 16-byte aligned).
+void attention_forward_wgmma_codes_ws(__nv_bfloat16* out, float* lse, const AttentionQkv& qkv, int B, int T, int NH,
+                                      cudaStream_t stream);
 
 }  // namespace fp8t::kernels::lab

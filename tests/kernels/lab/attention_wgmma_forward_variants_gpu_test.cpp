@@ -1,6 +1,6 @@
-// The lab's variants of the bf16 wgmma attention forward (kernels/lab/attention_wgmma_forward_variants.cuh) against
-// the product's, which a loading warp feeds: bit for bit (the same MMAs and softmax in the same order), and the CPU
-// reference; a hidden [.bench] case times all three.
+// The lab's variants of the wgmma attention forward (kernels/lab/attention_wgmma_forward_variants.cuh) against the
+// product's (for bf16 qkv the loading-warp kernel, for E4M3 codes the cp.async one): bit for bit (the same MMAs and
+// softmax in the same order), and the CPU reference; a hidden [.bench] case times them.
 #include <catch2/catch_test_macros.hpp>
 
 #include <cstdio>
@@ -12,6 +12,7 @@
 #include "kernels/lab/attention_wgmma_forward_variants.cuh"
 #include "kernels/stream.cuh"
 #include "ops/attention_cuda.h"
+#include "fp8/saved.h"
 #include "util/attention_test_util.h"
 
 using namespace fp8t;
@@ -46,6 +47,32 @@ void check_variant(const char* name, Variant variant, int B, int T, int NH) {
   CHECK(rel_err(r.got_lse, r.ref_lse) < 1e-4);
 }
 
+// qkv as fp8_all keeps it (E4M3 codes, a scale per row): the lab's loading warpgroup that dequantizes against the
+// product's cp.async kernel, and the CPU reference on the dequantized qkv.
+void check_codes_ws(int B, int T, int NH) {
+  INFO("codes_ws B=" << B << " T=" << T << " NH=" << NH);
+  const int C = NH * kHs;
+  const Tensor qkv = upload(round_bf16(randn(int64_t(B) * T * 3 * C)), {B, T, 3 * C}, DType::bf16);
+  const QuantizedTensor saved = fp8_save(qkv, nullptr);
+  REQUIRE(saved.layout == ScaleLayout::per_row);
+  Tensor out = poisoned({B, T, C}, DType::bf16), lse = poisoned({B, NH, T}, DType::f32);
+  Tensor pout = poisoned({B, T, C}, DType::bf16), plse = poisoned({B, NH, T}, DType::f32);
+  kernels::AttentionQkv codes;
+  codes.e4m3 = saved.codes.data<uint8_t>();
+  codes.row_scale_inv = saved.scale_inv.data<float>();
+  kernels::lab::attention_forward_wgmma_codes_ws(out.data<bf16>(), lse.data<float>(), codes, B, T, NH,
+                                                 kernels::compute_stream());
+  cuda_ops::attention_forward(pout, plse, saved, NH);
+  const auto got = download(out), got_lse = download(lse);
+  CHECK(bits_differ(got, download(pout)) == 0);
+  CHECK(bits_differ(got_lse, download(plse)) == 0);
+  const auto restored = download(fp8_restore(saved, MemCategory::workspace));
+  std::vector<float> ref(got.size()), ref_lse(got_lse.size());
+  cpu::attention_forward(ref.data(), ref_lse.data(), restored.data(), B, T, C, NH);
+  CHECK(rel_err(got, ref) < 1e-2);
+  CHECK(rel_err(got_lse, ref_lse) < 1e-4);
+}
+
 }  // namespace
 
 TEST_CASE("lab attention wgmma forward variants", "[gpu][attention][lab]") {
@@ -55,6 +82,9 @@ TEST_CASE("lab attention wgmma forward variants", "[gpu][attention][lab]") {
     check_variant(name, variant, 4, 1024, 25);
     check_variant(name, variant, 1, 4096, 2);  // more key tiles than stages, many times over
   }
+  for (int T : {1, 63, 64, 65, 77, 128, 130, 191, 333, 1024}) check_codes_ws(2, T, 3);
+  check_codes_ws(4, 1024, 25);
+  check_codes_ws(1, 4096, 2);
 }
 
 // Run: build/tests/fp8t_gpu_tests "lab attention wgmma forward variants throughput" (kernels/lab/README.md).
@@ -70,11 +100,18 @@ TEST_CASE("lab attention wgmma forward variants throughput", "[.bench][attention
       std::printf("lab attention forward B=%d NH=%d T=%d HS=%d %-12s %.3f ms %.1f TFLOP/s\n", B, NH, T, kHs, name, ms,
                   flops / ms / 1e9);
     };
+    const QuantizedTensor saved = fp8_save(tqkv, nullptr);
+    kernels::AttentionQkv codes;
+    codes.e4m3 = saved.codes.data<uint8_t>();
+    codes.row_scale_inv = saved.scale_inv.data<float>();
     for (int round = 0; round < 2; ++round) {  // interleaved, twice
       report("product", time_ms([&] { cuda_ops::attention_forward(out, lse, tqkv, NH); }, kIters));
       for (auto [name, variant] : kVariants)
         report(name, time_ms([&] { variant(out.data<bf16>(), lse.data<float>(), tqkv.data<bf16>(), B, T, NH,
                                            kernels::compute_stream()); }, kIters));
+      report("codes", time_ms([&] { cuda_ops::attention_forward(out, lse, saved, NH); }, kIters));
+      report("codes_ws", time_ms([&] { kernels::lab::attention_forward_wgmma_codes_ws(out.data<bf16>(),
+                                           lse.data<float>(), codes, B, T, NH, kernels::compute_stream()); }, kIters));
     }
   }
 }
