@@ -1,8 +1,10 @@
 // The attention forward at head size 64 on Hopper's warpgroup MMA (sm_90a), fed as FlashAttention-3 feeds its
-// consumers: a ninth warp brings Q once and each key tile's K and V by TMA into three stages on transaction barriers,
-// and the two computing warpgroups never meet. The product's forward where qkv is bf16; E4M3 qkv (fp8_all) takes the
-// cp.async kernel (kernels/attention_wgmma_forward_kernel.cuh), and in the lab a form of this one whose loading
-// warpgroup dequantizes the codes (kCodes).
+// consumers: a loading warpgroup, one lane of which brings Q once and each key tile's K and V by TMA into three stages
+// on transaction barriers, and the two computing warpgroups never meet. The loading warps give up their registers
+// (setmaxnreg) so that the computing ones hold 104 without spilling. The product's forward where qkv is bf16; E4M3 qkv
+// (fp8_all) takes the cp.async kernel (kernels/attention_wgmma_forward_kernel.cuh), and in the lab a form of this one
+// whose loading warpgroup dequantizes the codes (kCodes). The lab also keeps the form with a single loading warp
+// (!kWide, 1% slower on an H100 in the fiftieth session) and its ping-pong form.
 #pragma once
 #include "core/launch_limits.h"
 #include "kernels/attention_wgmma.cuh"
@@ -15,9 +17,10 @@ namespace {
 
 constexpr int kWsRows = 128, kWsStages = 3;
 constexpr int kWsComputeThreads = 256;
-// The block: two computing warpgroups and the loading warp, or (kWide) a whole loading warpgroup, whose three idle
-// warps let setmaxnreg move registers to the computing ones (ptxas gives 288 threads at 2 blocks per SM 96 registers:
-// one scheduler holds 5 of the 18 warps; 384 threads start at 80, and the computing warps then take kWideRegs).
+// The block: two computing warpgroups and (kWide, the product's) a whole loading warpgroup, whose three idle warps let
+// setmaxnreg move registers to the computing ones, or (the lab) a single loading warp. ptxas gives 288 threads at 2
+// blocks per SM 96 registers (one scheduler holds 5 of the 18 warps) and they spill 8 bytes; 384 threads start at 80,
+// and the computing warps then take kWideRegs.
 template <bool kWide>
 constexpr int kWsThreads = kWsComputeThreads + (kWide ? 128 : 32);
 constexpr int kWideLoaderRegs = 24, kWideRegs = 104;  // 80 + (80 - 24) * 128 / 256 = 108, rounded down to 8
@@ -94,20 +97,21 @@ __device__ __forceinline__ void load_codes_ws(const CUtensorMap& tm, const float
 
 // One block per (128 queries, b*h), heaviest query blocks first, two blocks per SM, as the product's forward: warpgroup
 // w owns queries q0 + 64 w .. + 63 and runs the same online softmax over key tiles of 64 up to its diagonal, with the
-// same MMAs in the same order (so the same results bit for bit). Warp 8 loads: Q's two tiles on q_full, then key tile
-// kt's K and V into stage kt % kWsStages on full[stage], once the eight computing warps have released that stage's
-// previous tile on empty[stage]. The lower warpgroup's last tile (wholly after its queries) is never read by it; the
-// loading warp never waits for that release, since no tile comes after the last.
-// kPingpong (FlashAttention-3's ping-pong, in the lab until measured): the two warpgroups take turns issuing their MMA
-// groups, two turns a key tile (S, then P V). Warpgroup w issues after a bar.sync on barrier 2 + w and then arrives on
-// the other's; the upper one arrives once first, so that the lower one starts. The lower one also takes its two turns
-// on its last tile, which it does not read (barriers only), and the upper one skips its last arrival, so each
-// barrier's arrivals match its waits.
-// kCodes (with kWide; in the lab until measured): tm_qkv maps qkv's E4M3 codes (bytes, unswizzled 64 x 64 boxes) and
-// row_sinv their per-row scale_inv. The loading warpgroup's first lane brings the codes by TMA into staging tiles
-// (Q's once on q_codes, a key tile's K and V into staging slot kt % kWsStages on codes_full), and its 128 threads
-// dequantize them into the bf16 tiles (as CodesTile does, rows at or beyond T as zeros), then arrive on q_full and
-// full (128 arrivals each). A staging slot is refilled once all 128 have read it (named barrier 4).
+// same MMAs in the same order (so the same results bit for bit). Thread 256, the loading warps' first lane, loads: Q's
+// two tiles on q_full, then key tile kt's K and V into stage kt % kWsStages on full[stage], once the eight computing
+// warps have released that stage's previous tile on empty[stage]. The lower warpgroup's last tile (wholly after its
+// queries) is never read by it; the loader never waits for that release, since no tile comes after the last.
+// kPingpong (FlashAttention-3's ping-pong; in the lab, 1.5% slower on an H100 in the fiftieth session): the two
+// warpgroups take turns issuing their MMA groups, two turns a key tile (S, then P V). Warpgroup w issues after a
+// bar.sync on barrier 2 + w and then arrives on the other's; the upper one arrives once first, so that the lower one
+// starts. The lower one also takes its two turns on its last tile, which it does not read (barriers only), and the
+// upper one skips its last arrival, so each barrier's arrivals match its waits.
+// kCodes (with kWide; in the lab, 3.5-5% slower than the cp.async codes kernel on an H100 in the fiftieth session):
+// tm_qkv maps qkv's E4M3 codes (bytes, unswizzled 64 x 64 boxes) and row_sinv their per-row scale_inv. The loading
+// warpgroup's first lane brings the codes by TMA into staging tiles (Q's once on q_codes, a key tile's K and V into
+// staging slot kt % kWsStages on codes_full), and its 128 threads dequantize them into the bf16 tiles (as CodesTile
+// does, rows at or beyond T as zeros), then arrive on q_full and full (128 arrivals each). A staging slot is refilled
+// once all 128 have read it (named barrier 4).
 template <bool kPingpong, bool kWide, bool kCodes>
 __global__ void __launch_bounds__(kWsThreads<kWide>, 2)
     attention_forward_ws_kernel(const __grid_constant__ CUtensorMap tm_qkv, bf16* out, float* lse,
@@ -141,7 +145,7 @@ __global__ void __launch_bounds__(kWsThreads<kWide>, 2)
   }
   __syncthreads();  // the block's only one
 
-  if (tid >= kWsComputeThreads) {  // the loading warp: one lane issues every copy
+  if (tid >= kWsComputeThreads) {  // the loading warp(s): one lane issues every copy
     if constexpr (kCodes) {
       setmaxnreg_dec<kCodesLoaderRegs>();
       load_codes_ws(tm_qkv, row_sinv, smem, b, h, C, q0, n_kt, T, tid - kWsComputeThreads);
@@ -224,7 +228,7 @@ bool forward_ws_takes(const AttentionQkv& qkv) {
   return base != nullptr && reinterpret_cast<uintptr_t>(base) % 16 == 0 && (!kCodes || qkv.row_scale_inv);
 }
 
-template <bool kPingpong = false, bool kWide = false, bool kCodes = false>
+template <bool kPingpong = false, bool kWide = true, bool kCodes = false>
 void launch_forward_ws(bf16* out, float* lse, const AttentionQkv& qkv, int B, int T, int NH, float scale,
                        cudaStream_t stream) {
   FP8T_CHECK(forward_ws_takes<kCodes>(qkv), "launch_forward_ws: needs {} qkv, 16-byte aligned",

@@ -27,12 +27,13 @@ void attention_forward_wgmma_cp_async(bf16* out, float* lse, const bf16* qkv, in
 void attention_forward_wgmma_pingpong(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH,
                                       cudaStream_t stream) {
   const AttentionQkv q = checked_qkv(qkv, B, T, NH, "attention_forward_wgmma_pingpong");
-  launch_forward_ws<true>(out, lse, q, B, T, NH, 1.0f / sqrtf(float(kHs)), stream);
+  launch_forward_ws<true, false>(out, lse, q, B, T, NH, 1.0f / sqrtf(float(kHs)), stream);
 }
 
-void attention_forward_wgmma_wide(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH, cudaStream_t stream) {
-  const AttentionQkv q = checked_qkv(qkv, B, T, NH, "attention_forward_wgmma_wide");
-  launch_forward_ws<false, true>(out, lse, q, B, T, NH, 1.0f / sqrtf(float(kHs)), stream);
+void attention_forward_wgmma_narrow(bf16* out, float* lse, const bf16* qkv, int B, int T, int NH,
+                                    cudaStream_t stream) {
+  const AttentionQkv q = checked_qkv(qkv, B, T, NH, "attention_forward_wgmma_narrow");
+  launch_forward_ws<false, false>(out, lse, q, B, T, NH, 1.0f / sqrtf(float(kHs)), stream);
 }
 
 void attention_forward_wgmma_codes_ws(bf16* out, float* lse, const AttentionQkv& qkv, int B, int T, int NH,

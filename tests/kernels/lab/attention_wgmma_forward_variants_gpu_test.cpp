@@ -1,5 +1,5 @@
 // The lab's variants of the wgmma attention forward (kernels/lab/attention_wgmma_forward_variants.cuh) against the
-// product's (for bf16 qkv the loading-warp kernel, for E4M3 codes the cp.async one): bit for bit (the same MMAs and
+// product's (for bf16 qkv the kernel fed by a loading warpgroup, for E4M3 codes the cp.async one): bit for bit (the same MMAs and
 // softmax in the same order), and the CPU reference; a hidden [.bench] case times them.
 #include <catch2/catch_test_macros.hpp>
 
@@ -26,7 +26,7 @@ using Variant = void (*)(bf16*, float*, const bf16*, int, int, int, cudaStream_t
 constexpr std::pair<const char*, Variant> kVariants[] = {
     {"cp.async", kernels::lab::attention_forward_wgmma_cp_async},
     {"pingpong", kernels::lab::attention_forward_wgmma_pingpong},
-    {"wide", kernels::lab::attention_forward_wgmma_wide},
+    {"narrow", kernels::lab::attention_forward_wgmma_narrow},
 };
 
 // Elements whose bits differ (a NaN left from the poison counts, as its bits are not the product's).
