@@ -1,5 +1,5 @@
 // Attention forward, head size 64, on Hopper's warpgroup MMA (wgmma.mma_async, sm_90a), and whether this build
-// and device can run these kernels: bf16 qkv through the kernel fed by a loading warp
+// and device can run these kernels: bf16 qkv through the kernel fed by a loading warpgroup
 // (kernels/attention_wgmma_forward_ws_kernel.cuh), E4M3 qkv (or bf16 not 16-byte aligned) through the one that loads
 // with its computing threads (kernels/attention_wgmma_forward_kernel.cuh). The backward's main pass is in
 // kernels/attention_wgmma_backward.cu.

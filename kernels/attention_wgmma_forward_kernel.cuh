@@ -1,7 +1,7 @@
 // The attention forward at head size 64 on Hopper's warpgroup MMA (sm_90a) with its loads issued by its two computing
 // warpgroups (cp.async, or E4M3 codes dequantized through registers): the product's forward where qkv is E4M3 codes
-// (fp8_all), and for bf16 qkv in the lab (kernels/lab/attention_wgmma_forward_cp_async.cu) against the product's,
-// which loads by TMA from a loading warp (kernels/attention_wgmma_forward_ws_kernel.cuh).
+// (fp8_all) or bf16 not 16-byte aligned, and for bf16 qkv in the lab (kernels/lab/attention_wgmma_forward_variants.cu)
+// against the product's, which loads by TMA from a loading warpgroup (kernels/attention_wgmma_forward_ws_kernel.cuh).
 #pragma once
 #include "core/launch_limits.h"
 #include "kernels/attention_wgmma.cuh"
@@ -105,7 +105,6 @@ __global__ void attention_forward_wgmma_kernel(bf16*, float*, AttentionQkv, int,
 }
 
 #endif
-
 
 // kCodes must match qkv's form (E4M3 codes or bf16).
 template <bool kCodes>
